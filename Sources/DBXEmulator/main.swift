@@ -1,0 +1,1 @@
+print("dbx-emulator: not built yet")

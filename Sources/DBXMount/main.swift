@@ -1,0 +1,1 @@
+print("dbx-mount: not built yet")

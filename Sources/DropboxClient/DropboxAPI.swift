@@ -1,0 +1,26 @@
+// The seam between the filesystem core and Dropbox. The core sees only this protocol, so its tests
+// drive it with an in-memory fake, and the real implementation (`DropboxHTTPClient`) speaks HTTP
+// through an `HTTPTransport`.
+//
+// Calls are synchronous and blocking: FUSE worker threads call them directly. Implementations must
+// be safe to call from many threads at once.
+
+public protocol DropboxAPI: Sendable {
+    /// `users/get_current_account`.
+    func currentAccount() throws(DropboxError) -> Account
+    /// `users/get_space_usage`.
+    func spaceUsage() throws(DropboxError) -> SpaceUsage
+    /// `files/list_folder`. `path` is `""` for the root, `/a/b`, or `id:...`.
+    func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage
+    /// `files/list_folder/continue`.
+    func listFolderContinue(cursor: String) throws(DropboxError) -> ListFolderPage
+    /// `files/list_folder/get_latest_cursor`.
+    func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String
+    /// `files/list_folder/longpoll` (notify host, no auth). `timeout` is 30...480 seconds.
+    func longpoll(cursor: String, timeout: Int) throws(DropboxError) -> LongpollResult
+    /// `files/get_metadata`. Not valid for the root, which Dropbox refuses with 400.
+    func metadata(path: String) throws(DropboxError) -> Metadata
+    /// `files/download` of `range` (end exclusive) of the file at `path` (`/p`, `id:`, or `rev:`).
+    /// Returns fewer bytes than asked only at end of file; a range wholly past the end returns `[]`.
+    func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8]
+}

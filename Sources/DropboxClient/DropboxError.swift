@@ -1,0 +1,44 @@
+// Errors keep the API's own taxonomy, as Dropbox's SDKs do (DROPBOX_API.md §3): the filesystem core
+// decides what each means for a file operation, and the FUSE adapter maps that to errno.
+
+public enum DropboxError: Error, Sendable, Equatable {
+    /// 409: a route error. `tags` is the tag path, e.g. `["path", "not_found"]` or `["reset"]`.
+    case route(tags: [String], summary: String)
+    /// 401: `invalid_access_token`, `expired_access_token`, `missing_scope`, ...
+    case auth(tag: String, summary: String)
+    /// 429: retry no sooner than `retryAfter` seconds.
+    case rateLimited(retryAfter: Int)
+    /// 400: the server rejected the request itself (plain-text body).
+    case badInput(String)
+    /// 5xx.
+    case server(status: Int, body: String)
+    /// Any other HTTP status we do not expect (403, 404, 416 where not handled, ...).
+    case unexpectedStatus(Int, body: String)
+    /// The transport failed: connection refused, timeout, TLS, body cut short. `code` is the
+    /// transport's own code (curl's CURLcode for `CurlTransport`).
+    case transport(code: Int, message: String)
+    /// The server answered 2xx with a body or header we could not decode.
+    case malformedResponse(String)
+
+    /// True for a route error whose tag path starts with `prefix`, e.g. `["path", "not_found"]`.
+    public func isRoute(_ prefix: String...) -> Bool {
+        if case .route(let tags, _) = self { return tags.starts(with: prefix) }
+        return false
+    }
+}
+
+extension DropboxError: CustomStringConvertible {
+    /// A one-line summary for logs and messages. Never includes a token.
+    public var description: String {
+        switch self {
+        case .route(_, let summary): "Dropbox error: \(summary)"
+        case .auth(let tag, _): "Dropbox rejected the access token (\(tag))"
+        case .rateLimited(let s): "Dropbox rate limit: retry after \(s) s"
+        case .badInput(let text): "Dropbox rejected the request: \(text.prefix(300))"
+        case .server(let status, _): "Dropbox server error (HTTP \(status))"
+        case .unexpectedStatus(let status, let body): "unexpected HTTP \(status) from Dropbox: \(body.prefix(200))"
+        case .transport(_, let message): "cannot reach Dropbox: \(message)"
+        case .malformedResponse(let what): "malformed answer from Dropbox: \(what)"
+        }
+    }
+}
