@@ -11,10 +11,16 @@ public struct HTTPRequest: Sendable {
     public var body: [UInt8]
     /// Seconds before the whole exchange is abandoned with a `.transport` error.
     public var timeout: Double
+    /// The most response-body bytes the transport accepts; a longer body (or a `Content-Length`
+    /// announcing one) is a `.transport` error, so a hostile server cannot exhaust memory.
+    public var maxResponseBytes: Int
+
+    public static let defaultMaxResponseBytes = 64 << 20
 
     public init(method: Method, url: String, headers: [(String, String)] = [], body: [UInt8] = [],
-                timeout: Double = 100) {
+                timeout: Double = 100, maxResponseBytes: Int = HTTPRequest.defaultMaxResponseBytes) {
         self.method = method; self.url = url; self.headers = headers; self.body = body; self.timeout = timeout
+        self.maxResponseBytes = maxResponseBytes
     }
 }
 

@@ -1,0 +1,295 @@
+// `HTTPTransport` over libcurl: the only module in dbx-mount that talks to curl.
+//
+// Connection reuse. libcurl keeps its connection cache in the easy handle, so reusing handles is
+// what keeps TCP and TLS sessions alive between requests. The transport keeps a pool of idle
+// handles; `send` checks one out, resets its options (`curl_easy_reset` keeps live connections),
+// runs one blocking transfer on the calling thread, and parks it again. With N FUSE threads busy
+// there are at most N handles in use and, afterwards, up to `maxIdleHandles` kept warm.
+// `connectionsOpened` counts new connections (`CURLINFO_NUM_CONNECTS`) so tests can check reuse.
+//
+// Safety. TLS peer and host verification are always on for https; plain http exists for the
+// emulator on 127.0.0.1. Only http and https are allowed, redirects are not followed, and
+// `CURLOPT_NOSIGNAL` keeps curl's DNS timeouts from raising signals in a process with many threads.
+// A response body is capped per request (`HTTPRequest.maxResponseBytes`): curl refuses a larger
+// `Content-Length` up front, and the write callback stops a chunked or lying body at the cap.
+// A body cut short of its `Content-Length` is curl error 18 (PARTIAL_FILE), reported as
+// `.transport`. Header values are never logged or put in errors, so an `Authorization` header
+// cannot leak.
+//
+// Streaming (issue 6). The body goes to `TransferSink.receiveBody`; a read-ahead can later hand
+// the sink a consumer closure instead of buffering, without changing the pooling or the options.
+
+import CShims
+import DropboxClient
+import Synchronization
+
+public final class CurlTransport: HTTPTransport {
+    /// How many idle handles (each with its cached connections) are kept between requests.
+    public static let poolCapacity = 32
+
+    public let caBundlePath: String?
+    public let connectTimeout: Double
+    public let maxIdleHandles: Int
+
+    private let pool = Mutex(HandlePool())
+    private let newConnections = Atomic<Int>(0)
+    private let handlesCreated = Atomic<Int>(0)
+
+    /// - Parameters:
+    ///   - caBundlePath: PEM file of CAs to trust for https (`CURLOPT_CAINFO`); nil uses the system's.
+    ///   - connectTimeout: seconds to establish a connection (TCP and TLS), capped by each request's timeout.
+    ///   - maxIdleHandles: idle handles kept for reuse, at most `poolCapacity`.
+    public init(caBundlePath: String?, connectTimeout: Double = 10, maxIdleHandles: Int = 16) {
+        _ = CurlGlobal.initialized
+        self.caBundlePath = caBundlePath
+        self.connectTimeout = connectTimeout
+        self.maxIdleHandles = min(max(maxIdleHandles, 0), Self.poolCapacity)
+    }
+
+    /// New TCP connections opened so far, over all requests (sum of `CURLINFO_NUM_CONNECTS`).
+    public var connectionsOpened: Int { newConnections.load(ordering: .relaxed) }
+
+    /// Easy handles created so far (one per concurrently active request, at most).
+    public var handlesOpened: Int { handlesCreated.load(ordering: .relaxed) }
+
+    public func send(_ request: HTTPRequest) throws(DropboxError) -> HTTPResponse {
+        guard let easy = checkOut() else {
+            throw .transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "curl_easy_init failed")
+        }
+        let result = perform(request, on: easy)
+        checkIn(easy)
+        return try result.get()
+    }
+
+    // MARK: - Pool
+
+    private func checkOut() -> CurlEasy? {
+        let pooled: CurlEasy? = pool.withLock { pool in pool.pop() }
+        if let pooled { return pooled }
+        handlesCreated.add(1, ordering: .relaxed)
+        return CurlEasy()
+    }
+
+    private func checkIn(_ easy: consuming CurlEasy) {
+        // Outside the lock: reset is cheap but is still a C call.
+        easy.reset()
+        let capacity = maxIdleHandles
+        // A non-escaping closure cannot consume a captured parameter, but it can take from a var.
+        var parked: CurlEasy? = consume easy
+        let surplus: CurlEasy? = pool.withLock { pool in
+            guard let handle = parked.take() else { return nil }
+            return pool.push(handle, limit: capacity)
+        }
+        // A surplus handle is cleaned up here, outside the lock, closing its connections.
+        _ = consume surplus
+    }
+
+    // MARK: - One transfer
+
+    private func perform(_ request: HTTPRequest, on easy: borrowing CurlEasy) -> Result<HTTPResponse, DropboxError> {
+        let h = easy.handle
+        let sink = TransferSink(limit: max(0, request.maxResponseBytes))
+        var headerList = CurlHeaderList()
+        do throws(DropboxError) {
+            try configure(h, easy: easy, request: request, headers: &headerList, sink: sink)
+        } catch {
+            return .failure(error)
+        }
+        let code = withExtendedLifetime(sink) { curl_easy_perform(h) }
+
+        var connects = 0
+        _ = dbx_curl_getinfo_long(h, CURLINFO_NUM_CONNECTS, &connects)
+        if connects > 0 { newConnections.add(connects, ordering: .relaxed) }
+
+        guard code == CURLE_OK else {
+            let limitHit = sink.exceededLimit || code == CURLE_FILESIZE_EXCEEDED
+            let message = limitHit
+                ? "response larger than the \(request.maxResponseBytes)-byte limit"
+                : easy.message(for: code)
+            return .failure(.transport(code: Int(code.rawValue), message: "curl error \(code.rawValue): \(message)"))
+        }
+        var status = 0
+        _ = dbx_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
+        _ = consume headerList
+        return .success(HTTPResponse(status: status, headers: sink.headers, body: sink.body))
+    }
+
+    private func configure(_ h: UnsafeMutableRawPointer, easy: borrowing CurlEasy, request: HTTPRequest,
+                           headers headerList: inout CurlHeaderList, sink: TransferSink) throws(DropboxError) {
+        func check(_ code: CURLcode, _ what: StaticString) throws(DropboxError) {
+            guard code == CURLE_OK else {
+                throw .transport(code: Int(code.rawValue),
+                                 message: "cannot set \(what): \(String(cString: curl_easy_strerror(code)))")
+            }
+        }
+        let isHTTPS = request.url.lowercased().hasPrefix("https://")
+        guard isHTTPS || request.url.lowercased().hasPrefix("http://") else {
+            throw .transport(code: Int(CURLE_UNSUPPORTED_PROTOCOL.rawValue), message: "only http and https URLs are supported")
+        }
+        try check(dbx_curl_setopt_ptr(h, CURLOPT_ERRORBUFFER, easy.errorBuffer), "CURLOPT_ERRORBUFFER")
+        try check(dbx_curl_setopt_str(h, CURLOPT_URL, request.url), "CURLOPT_URL")
+        try check(dbx_curl_setopt_str(h, CURLOPT_PROTOCOLS_STR, "http,https"), "CURLOPT_PROTOCOLS_STR")
+        try check(dbx_curl_setopt_long(h, CURLOPT_NOSIGNAL, 1), "CURLOPT_NOSIGNAL")
+        try check(dbx_curl_setopt_long(h, CURLOPT_FOLLOWLOCATION, 0), "CURLOPT_FOLLOWLOCATION")
+        try check(dbx_curl_setopt_long(h, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")
+        try check(dbx_curl_setopt_long(h, CURLOPT_SSL_VERIFYHOST, 2), "CURLOPT_SSL_VERIFYHOST")
+        if let caBundlePath {
+            try check(dbx_curl_setopt_str(h, CURLOPT_CAINFO, caBundlePath), "CURLOPT_CAINFO")
+        }
+        try check(dbx_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1), "CURLOPT_TCP_KEEPALIVE")
+        let timeoutMS = Self.milliseconds(request.timeout)
+        try check(dbx_curl_setopt_long(h, CURLOPT_TIMEOUT_MS, timeoutMS), "CURLOPT_TIMEOUT_MS")
+        try check(dbx_curl_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, min(timeoutMS, Self.milliseconds(connectTimeout))),
+                  "CURLOPT_CONNECTTIMEOUT_MS")
+        try check(dbx_curl_setopt_off(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(sink.limit)), "CURLOPT_MAXFILESIZE_LARGE")
+
+        let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
+        try check(dbx_curl_setopt_write_function(h, CurlCallbacks.body), "CURLOPT_WRITEFUNCTION")
+        try check(dbx_curl_setopt_ptr(h, CURLOPT_WRITEDATA, sinkPointer), "CURLOPT_WRITEDATA")
+        try check(dbx_curl_setopt_header_function(h, CurlCallbacks.header), "CURLOPT_HEADERFUNCTION")
+        try check(dbx_curl_setopt_ptr(h, CURLOPT_HEADERDATA, sinkPointer), "CURLOPT_HEADERDATA")
+
+        var hasContentType = false
+        for (name, value) in request.headers {
+            // A line break would let a value smuggle in headers. The message names the header,
+            // never its value (which may be a token).
+            guard Self.isHeaderSafe(name), !name.isEmpty, Self.isHeaderSafe(value) else {
+                throw .badInput("header \(Self.isHeaderSafe(name) ? name : "<invalid name>") contains a control character")
+            }
+            if name.lowercased() == "content-type" { hasContentType = true }
+            // "Name;" is curl's spelling of a header with an empty value ("Name:" would remove it).
+            guard headerList.append(value.isEmpty ? "\(name);" : "\(name): \(value)") else {
+                throw .transport(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "out of memory building headers")
+            }
+        }
+        // No `Expect: 100-continue` round trip; and for a POST without a type, no curl default
+        // `application/x-www-form-urlencoded`.
+        var removals = ["Expect:"]
+        if request.method == .post && !hasContentType { removals.append("Content-Type:") }
+        for line in removals where !headerList.append(line) {
+            throw .transport(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "out of memory building headers")
+        }
+        try check(dbx_curl_setopt_slist(h, CURLOPT_HTTPHEADER, headerList.head), "CURLOPT_HTTPHEADER")
+
+        switch request.method {
+        case .get:
+            try check(dbx_curl_setopt_long(h, CURLOPT_HTTPGET, 1), "CURLOPT_HTTPGET")
+        case .post:
+            try check(dbx_curl_setopt_long(h, CURLOPT_POST, 1), "CURLOPT_POST")
+            try check(dbx_curl_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.body.count)),
+                      "CURLOPT_POSTFIELDSIZE_LARGE")
+            // COPYPOSTFIELDS copies the bytes now, so the body need not outlive this call. An empty
+            // body still needs a non-NULL pointer, or curl would read the body from stdin.
+            let code: CURLcode = request.body.isEmpty
+                ? Self.emptyBody.withUnsafeBytes { dbx_curl_setopt_ptr(h, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress)) }
+                : request.body.withUnsafeBytes { dbx_curl_setopt_ptr(h, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress)) }
+            try check(code, "CURLOPT_COPYPOSTFIELDS")
+        }
+    }
+
+    private static let emptyBody: [UInt8] = [0]
+
+    private static func milliseconds(_ seconds: Double) -> Int {
+        guard seconds.isFinite, seconds > 0 else { return 1 }
+        return Int(min(seconds * 1000, Double(Int32.max)).rounded(.up))
+    }
+
+    private static func isHeaderSafe(_ s: String) -> Bool {
+        !s.utf8.contains { $0 < 0x20 && $0 != 0x09 || $0 == 0x7F }
+    }
+}
+
+/// `curl_global_init`, once per process and before the first handle (older libcurl does not make
+/// it safe against concurrent curl calls; a `static let` runs it exactly once).
+private enum CurlGlobal {
+    static let initialized: CURLcode = curl_global_init(Int(CURL_GLOBAL_ALL))
+}
+
+/// Idle handles, a stack: the most recently used handle (warmest connection) goes out first.
+struct HandlePool: ~Copyable {
+    private var slots: InlineArray<32, CurlEasy?>
+    private var count = 0
+
+    init() { slots = InlineArray { _ in nil } }
+
+    mutating func pop() -> CurlEasy? {
+        guard count > 0 else { return nil }
+        count -= 1
+        return slots[count].take()
+    }
+
+    /// Parks `easy` if fewer than `limit` are idle; otherwise hands it back to be cleaned up.
+    mutating func push(_ easy: consuming CurlEasy, limit: Int) -> CurlEasy? {
+        guard count < min(limit, slots.count) else { return consume easy }
+        slots[count] = consume easy
+        count += 1
+        return nil
+    }
+}
+
+/// Per-transfer state the C callbacks fill. Lives for one `perform`, which keeps it alive while
+/// curl holds an unretained pointer to it; only the thread running that transfer touches it.
+final class TransferSink {
+    /// Most body bytes accepted.
+    let limit: Int
+    /// Most header bytes accepted in one response (curl itself bounds single lines only).
+    static let headerLimit = 256 << 10
+
+    private(set) var headers: [String: String] = [:]
+    private(set) var body: [UInt8] = []
+    private(set) var exceededLimit = false
+    private var headerBytes = 0
+
+    init(limit: Int) { self.limit = limit }
+
+    /// Returns false to abort the transfer.
+    func receiveBody(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        guard body.count + chunk.count <= limit else {
+            exceededLimit = true
+            return false
+        }
+        body.append(contentsOf: chunk)
+        return true
+    }
+
+    /// One header line as curl delivers it, CRLF included. A status line starts a new header
+    /// block (after a `100 Continue`, say), so earlier headers are dropped.
+    func receiveHeaderLine(_ line: UnsafeRawBufferPointer) -> Bool {
+        headerBytes += line.count
+        guard headerBytes <= Self.headerLimit else {
+            exceededLimit = true
+            return false
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        if text.hasPrefix("HTTP/") {
+            headers = [:]
+            return true
+        }
+        guard let colon = text.firstIndex(of: ":") else { return true }  // the blank line ending the block
+        let name = text[..<colon].lowercased()
+        var value = text[text.index(after: colon)...]
+        while let c = value.first, c == " " || c == "\t" { value = value.dropFirst() }
+        while let c = value.last, c == "\r" || c == "\n" || c == " " || c == "\t" { value = value.dropLast() }
+        headers[name] = String(value)
+        return true
+    }
+}
+
+/// The C callbacks, in a nonisolated type (STYLE.md). `userdata` is the transfer's `TransferSink`.
+enum CurlCallbacks {
+    /// `CURLOPT_WRITEFUNCTION`: returning fewer bytes than given makes curl abort with CURLE_WRITE_ERROR.
+    static let body: dbx_curl_data_cb = { data, size, count, userdata in
+        guard let userdata else { return 0 }
+        let sink = Unmanaged<TransferSink>.fromOpaque(userdata).takeUnretainedValue()
+        let n = size * count
+        return sink.receiveBody(UnsafeRawBufferPointer(start: data, count: n)) ? n : 0
+    }
+
+    /// `CURLOPT_HEADERFUNCTION`: called once per header line.
+    static let header: dbx_curl_data_cb = { data, size, count, userdata in
+        guard let userdata else { return 0 }
+        let sink = Unmanaged<TransferSink>.fromOpaque(userdata).takeUnretainedValue()
+        let n = size * count
+        return sink.receiveHeaderLine(UnsafeRawBufferPointer(start: data, count: n)) ? n : 0
+    }
+}

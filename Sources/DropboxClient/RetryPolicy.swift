@@ -1,0 +1,73 @@
+// When to try a call again. All of dbx-mount's calls are reads, so every one is idempotent and may
+// be repeated; what limits retrying is time and politeness, not safety.
+//
+// - 429: wait what the server asked (`Retry-After`); rate-limited requests still count against the
+//   limit (perf), so retrying sooner only digs deeper.
+// - 5xx and transport failures: exponential backoff with jitter, as py does (`2^n * rand` s), so a
+//   thousand FUSE threads do not return in lockstep.
+// - Everything else (409 route errors, 400, 401, malformed answers) is an answer, not a hiccup.
+//
+// The whole call, attempts and waits together, has a deadline: a FUSE request should fail with EIO
+// in bounded time rather than hang a user's `ls`. Issue 8 grows this into a shared pacer (one 429
+// slows every thread); keep the decision in `delay(after:attempt:remaining:)` so that stays local.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+public struct RetryPolicy: Sendable {
+    /// Attempts per call, the first included.
+    public var maxAttempts: Int
+    /// First backoff for 5xx and transport errors, in seconds; doubles per attempt.
+    public var baseDelay: Double
+    /// Upper bound on one backoff, in seconds.
+    public var maxDelay: Double
+    /// Seconds a whole call may take, all attempts and waits included (a longpoll adds its own
+    /// long transport timeout on top).
+    public var callDeadline: Double
+    /// Blocks the calling thread; tests replace it to record waits instead.
+    public var sleep: @Sendable (Double) -> Void
+
+    public init(maxAttempts: Int = 4, baseDelay: Double = 0.5, maxDelay: Double = 8,
+                callDeadline: Double = 120, sleep: @escaping @Sendable (Double) -> Void = RetryPolicy.threadSleep) {
+        self.maxAttempts = maxAttempts; self.baseDelay = baseDelay; self.maxDelay = maxDelay
+        self.callDeadline = callDeadline; self.sleep = sleep
+    }
+
+    public static let standard = RetryPolicy()
+
+    /// One attempt, no waiting.
+    public static let never = RetryPolicy(maxAttempts: 1)
+
+    /// Seconds to wait before trying again after `error` ended attempt number `attempt` (1-based),
+    /// or nil to give up and throw it. `remaining` is what is left of the call's deadline.
+    public func delay(after error: DropboxError, attempt: Int, remaining: Double) -> Double? {
+        guard attempt < maxAttempts else { return nil }
+        let wait: Double
+        switch error {
+        case .rateLimited(let retryAfter):
+            // A little jitter on top, never below what the server asked.
+            wait = Double(retryAfter) * Double.random(in: 1.0...1.1)
+        case .server, .transport:
+            let exponential = min(maxDelay, baseDelay * Double(1 << min(attempt - 1, 20)))
+            wait = exponential * Double.random(in: 0.5...1.0)
+        case .route, .auth, .badInput, .unexpectedStatus, .malformedResponse:
+            return nil
+        }
+        // Waiting past the deadline only to fail is worse than failing now.
+        return wait < remaining ? wait : nil
+    }
+
+    /// Sleeps the calling thread (FUSE worker threads are plain threads, not tasks).
+    public static let threadSleep: @Sendable (Double) -> Void = { seconds in
+        guard seconds > 0 else { return }
+        let whole = seconds.rounded(.down)
+        var request = timespec(tv_sec: Int(whole), tv_nsec: Int((seconds - whole) * 1_000_000_000))
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+    }
+}
