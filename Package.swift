@@ -79,6 +79,5 @@ let package = Package(
         .testTarget(name: "DropboxFSTests", dependencies: ["DropboxFS", "DropboxClient"]),
         .testTarget(name: "DropboxClientTests", dependencies: ["DropboxClient", "CurlTransport", "DropboxEmulator"]),
         .testTarget(name: "DropboxEmulatorTests", dependencies: ["DropboxEmulator"]),
-        .testTarget(name: "MountTests", dependencies: ["DropboxEmulator"]),
     ]
 )

@@ -1,0 +1,195 @@
+import ArgumentParser
+import CurlTransport
+import DropboxClient
+import DropboxFS
+import FUSEAdapter
+import Foundation
+import Logging
+
+@main
+struct DBXMountCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dbx-mount",
+        abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem.",
+        discussion: """
+            SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted.
+            The access token comes from DBX_ACCESS_TOKEN or --token-file, never from the command line.
+            Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds.
+            Unmount with: fusermount3 -u MOUNTPOINT
+
+            -o options: uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH,
+            api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, and the FUSE options
+            allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N,
+            fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
+            """,
+        version: "0.1.0"
+    )
+
+    @Argument(help: ArgumentHelp("[SOURCE] MOUNTPOINT: the Dropbox folder to show (default: the whole account) and where.",
+                                 valueName: "source-and-mountpoint"))
+    var locations: [String] = []
+
+    @Flag(name: .customShort("f"), help: "Stay in the foreground instead of daemonizing.")
+    var foreground = false
+
+    @Flag(name: .customShort("d"), help: "Debug output: trace every FUSE request and Dropbox call (implies -f).")
+    var debug = false
+
+    @Option(name: .customShort("o"), help: ArgumentHelp("Mount options, comma-separated (see below).", valueName: "opt,..."))
+    var mountOptions: [String] = []
+
+    @Option(help: ArgumentHelp("Read the access token from this file (default: $DBX_ACCESS_TOKEN).", valueName: "path"))
+    var tokenFile: String?
+
+    @Option(help: ArgumentHelp("Base URL of the Dropbox API host (default: $DBX_API_URL or https://api.dropboxapi.com).", valueName: "url"))
+    var apiURL: String?
+
+    @Option(help: ArgumentHelp("Base URL of the content host (default: $DBX_CONTENT_URL or https://content.dropboxapi.com).", valueName: "url"))
+    var contentURL: String?
+
+    @Option(help: ArgumentHelp("Base URL of the notify host (default: $DBX_NOTIFY_URL or https://notify.dropboxapi.com).", valueName: "url"))
+    var notifyURL: String?
+
+    @Option(help: ArgumentHelp("CA certificates to trust for https, in PEM (TLS is always verified).", valueName: "path"))
+    var caBundle: String?
+
+    @Option(help: ArgumentHelp("Seconds a listing and the attributes it gave are trusted (default 60).", valueName: "seconds"))
+    var ttl: Int?
+
+    @Flag(help: "Match names case-insensitively, as Dropbox does (names still show as Dropbox has them).")
+    var caseInsensitive = false
+
+    mutating func run() throws {
+        do throws(UsageError) {
+            try mount()
+        } catch {
+            fail(error.description, code: 2)
+        }
+    }
+
+    private func fail(_ message: String, code: Int32) -> Never {
+        FileHandle.standardError.write(Data("dbx-mount: \(message)\n".utf8))
+        Foundation.exit(code)
+    }
+
+    private func mount() throws(UsageError) {
+        let options = try MountOptionList(mountOptions)
+        let (source, mountpoint) = try sourceAndMountpoint()
+        let environment = ProcessInfo.processInfo.environment
+
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory) else {
+            fail("mount point \(mountpoint) does not exist", code: 1)
+        }
+        guard isDirectory.boolValue else { fail("mount point \(mountpoint) is not a directory", code: 1) }
+
+        let token = try accessToken(options: options, environment: environment)
+        let endpoints = DropboxEndpoints(
+            api: apiURL ?? options.settings["api_url"] ?? environment["DBX_API_URL"] ?? DropboxEndpoints.dropbox.api,
+            content: contentURL ?? options.settings["content_url"] ?? environment["DBX_CONTENT_URL"] ?? DropboxEndpoints.dropbox.content,
+            notify: notifyURL ?? options.settings["notify_url"] ?? environment["DBX_NOTIFY_URL"] ?? DropboxEndpoints.dropbox.notify)
+        for url in [endpoints.api, endpoints.content, endpoints.notify]
+        where !(url.hasPrefix("https://") || url.hasPrefix("http://")) {
+            throw UsageError("'\(url)' is not an http:// or https:// URL")
+        }
+
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = debug ? .debug : .warning
+            return handler
+        }
+        let logger = Logger(label: "dbx-mount")
+        let client = DropboxHTTPClient(endpoints: endpoints, tokens: StaticAccessToken(token),
+                                       transport: CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"]))
+
+        // Check the token and the folder before mounting, so a bad one fails here, loudly.
+        do {
+            _ = try client.currentAccount()
+        } catch {
+            if case .auth = error { fail("\(error); check DBX_ACCESS_TOKEN or --token-file", code: 1) }
+            fail("\(error) (\(endpoints.api))", code: 1)
+        }
+        if !source.isEmpty {
+            do {
+                guard case .folder = try client.metadata(path: source) else {
+                    fail("\(source) is not a folder in Dropbox", code: 1)
+                }
+            } catch {
+                if error.isRoute("path", "not_found") { fail("\(source): no such folder in Dropbox", code: 1) }
+                fail("cannot check \(source): \(error)", code: 1)
+            }
+        }
+
+        let ttlSeconds: UInt32
+        if let ttl {
+            guard let seconds = UInt32(exactly: ttl) else { throw UsageError("--ttl needs a number of seconds, not \(ttl)") }
+            ttlSeconds = seconds
+        } else {
+            ttlSeconds = try options.number("ttl") ?? 60
+        }
+        let filesystemOptions = FilesystemOptions(
+            rootPath: source, metadataTTL: .seconds(Int(ttlSeconds)),
+            uid: try options.number("uid") ?? getuid(), gid: try options.number("gid") ?? getgid(),
+            umask: try options.number("umask", radix: 8),
+            caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
+        let filesystem = DropboxFS(api: client, options: filesystemOptions, folderModified: Int64(time(nil)), logger: logger)
+        // The kernel re-asks after 1 s, so what it shows is never older than the core's TTL plus 1 s.
+        let context = MountContext(filesystem: filesystem,
+                                   timeouts: KernelCacheTimeouts(entry: 1, attributes: 1, negativeEntry: 1),
+                                   logger: logger)
+
+        var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]
+        if !options.fuseOptions.contains(where: { $0.hasPrefix("fsname=") }) {
+            fuseOptions.append("fsname=" + MountOptionList.escape("dropbox:" + (source.isEmpty ? "/" : source)))
+        }
+        fuseOptions += options.fuseOptions.filter { !$0.hasPrefix("subtype=") }
+
+        let exitCode = serve(context: context, mountpoint: mountpoint, fuseOptions: fuseOptions)
+        Foundation.exit(exitCode)
+    }
+
+    /// Mounts, daemonizes unless asked not to, and serves until unmounted. The session (and with it
+    /// the mount) is torn down before this returns.
+    private func serve(context: MountContext, mountpoint: String, fuseOptions: [String]) -> Int32 {
+        let session: FUSESession
+        do {
+            session = try FUSESession(context: context, mountpoint: mountpoint, mountOptions: fuseOptions, debug: debug)
+        } catch {
+            fail(error.description, code: 1)
+        }
+        session.daemonize(foreground: foreground || debug)
+        return session.run(maxThreads: 16) == 0 ? 0 : 1
+    }
+
+    /// `[SOURCE] MOUNTPOINT`, with SOURCE normalised to Dropbox's form ("" or "/a/b").
+    private func sourceAndMountpoint() throws(UsageError) -> (String, String) {
+        switch locations.count {
+        case 1: return ("", locations[0])
+        case 2:
+            var source = locations[0]
+            // mount.fuse3 passes fstab's first field; "dropbox:" prefixes and "/" mean the whole account.
+            if source.hasPrefix("dropbox:") { source.removeFirst("dropbox:".count) }
+            while source.hasSuffix("/") { source.removeLast() }
+            if !source.isEmpty && !source.hasPrefix("/") { source = "/" + source }
+            return (source, locations[1])
+        case 0: throw UsageError("missing MOUNTPOINT (usage: dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT)")
+        default: throw UsageError("too many arguments (usage: dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT)")
+        }
+    }
+
+    private func accessToken(options: MountOptionList, environment: [String: String]) throws(UsageError) -> String {
+        if let path = tokenFile ?? options.settings["token_file"] {
+            guard let data = FileManager.default.contents(atPath: path),
+                  let text = String(data: data, encoding: .utf8) else {
+                throw UsageError("cannot read token file \(path)")
+            }
+            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !token.isEmpty else { throw UsageError("token file \(path) is empty") }
+            return token
+        }
+        if let token = environment["DBX_ACCESS_TOKEN"]?.trimmingCharacters(in: .whitespacesAndNewlines), !token.isEmpty {
+            return token
+        }
+        throw UsageError("no access token: set DBX_ACCESS_TOKEN or pass --token-file FILE")
+    }
+}

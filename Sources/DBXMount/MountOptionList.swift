@@ -1,0 +1,79 @@
+// `-o` options, as sshfs and mount.fuse3 pass them: a comma-separated list mixing dbx-mount's own
+// settings, options libfuse passes to the kernel, and mount-helper words (from fstab) that mean
+// nothing to us. Each is sorted here so that a typo fails loudly instead of being ignored.
+
+struct MountOptionList {
+    /// dbx-mount's own settings, by name (`uid=1000` → `["uid": "1000"]`, `case_insensitive` → `[..: ""]`).
+    var settings: [String: String] = [:]
+    /// Options handed to libfuse unchanged (`allow_other`, `nosuid`, ...).
+    var fuseOptions: [String] = []
+
+    static let settingNames: Set<String> = [
+        "uid", "gid", "umask", "ttl", "case_insensitive", "token_file", "api_url", "content_url",
+        "notify_url", "ca_bundle",
+    ]
+    /// Mount options libfuse or the kernel understand and that make sense on a read-only mount.
+    static let fuseOptionNames: Set<String> = [
+        "allow_other", "allow_root", "auto_unmount", "nosuid", "suid", "nodev", "dev", "noexec", "exec",
+        "noatime", "atime", "relatime", "nodiratime", "strictatime", "sync", "async", "dirsync", "max_read",
+        "fsname", "subtype",
+    ]
+    /// Words fstab and mount(8) pass along that concern the mount helper, not the filesystem.
+    static let helperOptionNames: Set<String> = [
+        "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "_netdev", "nofail", "ro", "comment",
+    ]
+
+    /// Parses every `-o` argument. Throws a one-line reason for the first option it cannot accept.
+    init(_ arguments: [String]) throws(UsageError) {
+        for argument in arguments {
+            for option in Self.split(argument) where !option.isEmpty {
+                let name = option.split(separator: "=", maxSplits: 1).first.map(String.init) ?? option
+                let value = option.contains("=") ? String(option.drop { $0 != "=" }.dropFirst()) : ""
+                if Self.settingNames.contains(name) {
+                    settings[name] = value
+                } else if Self.fuseOptionNames.contains(name) {
+                    fuseOptions.append(option)
+                } else if Self.helperOptionNames.contains(name) || name.hasPrefix("x-") {
+                    continue
+                } else if name == "rw" {
+                    throw UsageError("dbx-mount is read-only: option 'rw' cannot be honoured")
+                } else {
+                    throw UsageError("unknown mount option '\(name)' (see dbx-mount --help)")
+                }
+            }
+        }
+    }
+
+    /// Splits on commas, honouring `\,` as a literal comma (libfuse's escape).
+    static func split(_ list: String) -> [String] {
+        var options: [String] = []
+        var current = ""
+        var escaped = false
+        for character in list {
+            if escaped { current.append(character); escaped = false }
+            else if character == "\\" { escaped = true }
+            else if character == "," { options.append(current); current = "" }
+            else { current.append(character) }
+        }
+        options.append(current)
+        return options
+    }
+
+    /// Escapes a value for a libfuse `-o` list.
+    static func escape(_ value: String) -> String {
+        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
+    }
+
+    func number(_ name: String, radix: Int = 10) throws(UsageError) -> UInt32? {
+        guard let text = settings[name] else { return nil }
+        guard let value = UInt32(text, radix: radix) else {
+            throw UsageError("mount option '\(name)' needs a number, not '\(text)'")
+        }
+        return value
+    }
+}
+
+struct UsageError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,1 +1,0 @@
-print("dbx-mount: not built yet")

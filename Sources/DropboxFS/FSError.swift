@@ -1,0 +1,29 @@
+import DropboxClient
+
+/// What a filesystem operation can fail with, in filesystem words. The FUSE adapter maps each case
+/// to an errno in exactly one place (`FSError+Errno` there); the core never speaks errno.
+public enum FSError: Error, Sendable, Equatable {
+    case notFound
+    case notADirectory
+    case isADirectory
+    /// Any attempt to change anything: the mount is read-only by design.
+    case readOnly
+    /// Dropbox refused the credentials, or the file cannot be read (e.g. not downloadable).
+    case accessDenied
+    /// A handle the core does not know (already released, or never opened).
+    case badHandle
+    /// The extended attribute does not exist on this node.
+    case noAttribute
+    /// Dropbox (or the way to it) failed; the operation cannot be answered correctly.
+    case upstream(DropboxError)
+
+    /// Translates a Dropbox answer into filesystem terms. Route errors that name a path problem
+    /// become the matching filesystem error; everything else is an upstream failure.
+    init(_ error: DropboxError) {
+        if error.isRoute("path", "not_found") { self = .notFound }
+        else if error.isRoute("path", "not_folder") { self = .notADirectory }
+        else if error.isRoute("path", "not_file") { self = .isADirectory }
+        else if case .auth = error { self = .accessDenied }
+        else { self = .upstream(error) }
+    }
+}

@@ -1,0 +1,239 @@
+// FUSE low-level callbacks. Each unpacks its C arguments, calls the DropboxFS core, and replies
+// exactly once through a `Reply`. They are static functions of an enum because libfuse calls them on
+// its worker threads: a closure defined in main.swift would be main-actor isolated and trap there.
+
+import CShims
+import DropboxFS
+
+enum Callbacks {
+    static func operations() -> fuse_lowlevel_ops {
+        var ops = fuse_lowlevel_ops()
+        ops.`init` = { Callbacks.initialize($0, $1) }
+        ops.lookup = { Callbacks.lookup($0, $1, $2) }
+        ops.forget = { Callbacks.forget($0, $1, $2) }
+        ops.forget_multi = { Callbacks.forgetMulti($0, $1, $2) }
+        ops.getattr = { Callbacks.getattr($0, $1, $2) }
+        ops.open = { Callbacks.open($0, $1, $2) }
+        ops.read = { Callbacks.read($0, $1, $2, $3, $4) }
+        ops.release = { Callbacks.release($0, $1, $2) }
+        ops.flush = { Callbacks.flush($0, $1, $2) }
+        ops.opendir = { Callbacks.opendir($0, $1, $2) }
+        ops.readdir = { Callbacks.readdir($0, $1, $2, $3, $4) }
+        ops.readdirplus = { Callbacks.readdirplus($0, $1, $2, $3, $4) }
+        ops.releasedir = { Callbacks.releasedir($0, $1, $2) }
+        ops.statfs = { Callbacks.statfs($0, $1) }
+        ops.getxattr = { Callbacks.getxattr($0, $1, $2, $3) }
+        ops.listxattr = { Callbacks.listxattr($0, $1, $2) }
+        ops.access = { Callbacks.access($0, $1, $2) }
+        // Everything that would change the tree answers EROFS: the mount is read-only by design.
+        ops.setattr = { req, _, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.mknod = { req, _, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.mkdir = { req, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.unlink = { req, _, _ in Reply(req!).failure(.readOnly) }
+        ops.rmdir = { req, _, _ in Reply(req!).failure(.readOnly) }
+        ops.symlink = { req, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.rename = { req, _, _, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.link = { req, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.write = { req, _, _, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.create = { req, _, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.setxattr = { req, _, _, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.removexattr = { req, _, _ in Reply(req!).failure(.readOnly) }
+        ops.fallocate = { req, _, _, _, _, _ in Reply(req!).failure(.readOnly) }
+        return ops
+    }
+
+    private static func context(_ req: fuse_req_t) -> MountContext {
+        Unmanaged<MountContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+    }
+
+    private static func initialize(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<fuse_conn_info>?) {
+        let context = Unmanaged<MountContext>.fromOpaque(userdata!).takeUnretainedValue()
+        if let conn, conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
+            conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
+        }
+        context.onInit()
+    }
+
+    private static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+        let reply = Reply(req!)
+        let mount = context(req!)
+        switch Result(catching: { () throws(FSError) in
+            try mount.filesystem.lookup(parent: InodeNumber(parent), name: String(cString: name!))
+        }) {
+        case .success(let attributes): reply.entry(attributes, timeouts: mount.timeouts)
+        case .failure(.notFound): reply.negativeEntry(timeout: mount.timeouts.negativeEntry)
+        case .failure(let error): reply.failure(error)
+        }
+    }
+
+    private static func forget(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ count: UInt64) {
+        context(req!).filesystem.forget(InodeNumber(inode), count: count)
+        Reply(req!).none()
+    }
+
+    private static func forgetMulti(_ req: fuse_req_t?, _ count: Int, _ forgets: UnsafeMutablePointer<fuse_forget_data>?) {
+        let filesystem = context(req!).filesystem
+        for item in UnsafeBufferPointer(start: forgets, count: count) {
+            filesystem.forget(InodeNumber(item.ino), count: item.nlookup)
+        }
+        Reply(req!).none()
+    }
+
+    private static func getattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        let reply = Reply(req!)
+        let mount = context(req!)
+        switch Result(catching: { () throws(FSError) in try mount.filesystem.attributes(of: InodeNumber(inode)) }) {
+        case .success(let attributes): reply.attributes(attributes, timeout: mount.timeouts.attributes)
+        case .failure(let error): reply.failure(error)
+        }
+    }
+
+    private static func open(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        let reply = Reply(req!)
+        let info = fi!
+        if info.pointee.flags & O_ACCMODE != O_RDONLY || info.pointee.flags & O_TRUNC != 0 {
+            return reply.failure(.readOnly)
+        }
+        switch Result(catching: { () throws(FSError) in try context(req!).filesystem.open(InodeNumber(inode)) }) {
+        case .success(let opened):
+            info.pointee.fh = opened.handle.rawValue
+            dbx_fi_set_keep_cache(info, opened.contentUnchanged ? 1 : 0)
+            reply.open(info)
+        case .failure(let error):
+            reply.failure(error)
+        }
+    }
+
+    private static func read(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ size: Int, _ offset: off_t,
+                             _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        let reply = Reply(req!)
+        let handle = FileHandleID(fi!.pointee.fh)
+        switch Result(catching: { () throws(FSError) in
+            try context(req!).filesystem.read(handle, offset: UInt64(offset), size: size)
+        }) {
+        case .success(let bytes): reply.bytes(bytes)
+        case .failure(let error): reply.failure(error)
+        }
+    }
+
+    private static func release(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        context(req!).filesystem.release(FileHandleID(fi!.pointee.fh))
+        Reply(req!).ok()
+    }
+
+    private static func flush(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        Reply(req!).ok()
+    }
+
+    private static func opendir(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        let reply = Reply(req!)
+        switch Result(catching: { () throws(FSError) in try context(req!).filesystem.openDirectory(InodeNumber(inode)) }) {
+        case .success(let handle):
+            fi!.pointee.fh = handle.rawValue
+            reply.open(fi!)
+        case .failure(let error):
+            reply.failure(error)
+        }
+    }
+
+    private static func readdir(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ size: Int, _ offset: off_t,
+                                _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        fillDirectory(req!, size: size, offset: offset, handle: fi!.pointee.fh, plus: false)
+    }
+
+    private static func readdirplus(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ size: Int, _ offset: off_t,
+                                    _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        fillDirectory(req!, size: size, offset: offset, handle: fi!.pointee.fh, plus: true)
+    }
+
+    /// Packs as many entries from `offset` as fit in `size` bytes. With `plus`, each entry carries
+    /// its attributes and counts as a lookup (except `.` and `..`, which the kernel does not count).
+    private static func fillDirectory(_ req: fuse_req_t, size: Int, offset: off_t, handle: UInt64, plus: Bool) {
+        let reply = Reply(req)
+        let mount = context(req)
+        let entries: ArraySlice<DirectoryEntry>
+        switch Result(catching: { () throws(FSError) in
+            try mount.filesystem.readDirectory(FileHandleID(handle), from: Int(offset))
+        }) {
+        case .success(let slice): entries = slice
+        case .failure(let error): return reply.failure(error)
+        }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 8)
+        defer { buffer.deallocate() }
+        var used = 0
+        var next = offset
+        for entry in entries {
+            next += 1
+            let remaining = size - used
+            let slot = buffer.baseAddress!.advanced(by: used).assumingMemoryBound(to: CChar.self)
+            let needed: Int
+            let isDot = entry.name == "." || entry.name == ".."
+            if plus {
+                var param = fuse_entry_param()
+                param.attr = stat(entry.attributes)
+                if !isDot {
+                    param.ino = entry.attributes.inode.rawValue
+                    param.generation = 1
+                    param.attr_timeout = mount.timeouts.attributes
+                    param.entry_timeout = mount.timeouts.entry
+                }
+                needed = fuse_add_direntry_plus(req, slot, remaining, entry.name, &param, next)
+            } else {
+                var attr = stat(entry.attributes)
+                needed = fuse_add_direntry(req, slot, remaining, entry.name, &attr, next)
+            }
+            if needed > remaining { break }
+            if plus && !isDot { mount.filesystem.countLookup(entry.attributes.inode) }
+            used += needed
+        }
+        reply.bytes(UnsafeRawBufferPointer(rebasing: buffer[0..<used]))
+    }
+
+    private static func releasedir(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        context(req!).filesystem.releaseDirectory(FileHandleID(fi!.pointee.fh))
+        Reply(req!).ok()
+    }
+
+    private static func statfs(_ req: fuse_req_t?, _ inode: fuse_ino_t) {
+        let reply = Reply(req!)
+        switch Result(catching: { () throws(FSError) in try context(req!).filesystem.statistics() }) {
+        case .success(let stats): reply.statistics(stats)
+        case .failure(let error): reply.failure(error)
+        }
+    }
+
+    private static func getxattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ size: Int) {
+        let reply = Reply(req!)
+        let wanted = String(cString: name!)
+        switch Result(catching: { () throws(FSError) in try context(req!).filesystem.extendedAttributes(of: InodeNumber(inode)) }) {
+        case .success(let attributes):
+            guard let value = attributes.first(where: { $0.name == wanted })?.value else {
+                return reply.failure(.noAttribute)
+            }
+            answerAttributeRequest(reply, bytes: Array(value.utf8), size: size)
+        case .failure(let error):
+            reply.failure(error)
+        }
+    }
+
+    private static func listxattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ size: Int) {
+        let reply = Reply(req!)
+        switch Result(catching: { () throws(FSError) in try context(req!).filesystem.extendedAttributes(of: InodeNumber(inode)) }) {
+        case .success(let attributes):
+            answerAttributeRequest(reply, bytes: attributes.flatMap { Array($0.name.utf8) + [0] }, size: size)
+        case .failure(let error):
+            reply.failure(error)
+        }
+    }
+
+    /// getxattr/listxattr protocol: size 0 asks for the length; a buffer too small is ERANGE.
+    private static func answerAttributeRequest(_ reply: consuming Reply, bytes: [UInt8], size: Int) {
+        if size == 0 { return reply.attributeSize(bytes.count) }
+        if size < bytes.count { return reply.error(ERANGE) }
+        reply.bytes(bytes)
+    }
+
+    private static func access(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ mask: Int32) {
+        Reply(req!).error(mask & W_OK != 0 ? EROFS : 0)
+    }
+}

@@ -1,0 +1,18 @@
+import CShims
+import DropboxFS
+
+extension FSError {
+    /// The one table from filesystem errors to errno.
+    var errno: Int32 {
+        switch self {
+        case .notFound: ENOENT
+        case .notADirectory: ENOTDIR
+        case .isADirectory: EISDIR
+        case .readOnly: EROFS
+        case .accessDenied: EACCES
+        case .badHandle: EBADF
+        case .noAttribute: ENODATA
+        case .upstream: EIO
+        }
+    }
+}

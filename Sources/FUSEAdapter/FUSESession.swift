@@ -1,0 +1,59 @@
+import CShims
+import DropboxFS
+
+public struct MountError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// One FUSE session from mount to unmount. The corresponding C calls are `fuse_session_new`,
+/// `fuse_session_mount`, `fuse_daemonize`, `fuse_session_loop_mt`, `fuse_session_unmount`.
+public final class FUSESession {
+    private let session: OpaquePointer
+    private let context: Unmanaged<MountContext>
+    private var mounted = false
+
+    /// Creates the session and mounts it at `mountpoint`. `mountOptions` are the `-o` options
+    /// libfuse understands (already checked by the caller); `debug` makes libfuse trace every request.
+    public init(context: MountContext, mountpoint: String, mountOptions: [String], debug: Bool) throws(MountError) {
+        var arguments = ["dbx-mount", "-o", mountOptions.joined(separator: ",")]
+        if debug { arguments.append("-d") }
+        var args = fuse_args()
+        for argument in arguments { fuse_opt_add_arg(&args, argument) }
+        defer { fuse_opt_free_args(&args) }
+
+        let retained = Unmanaged.passRetained(context)
+        var ops = Callbacks.operations()
+        guard let session = dbx_fuse_session_new(&args, &ops, retained.toOpaque()) else {
+            retained.release()
+            throw MountError(description: "libfuse refused the mount options \(mountOptions.joined(separator: ","))")
+        }
+        self.session = session
+        self.context = retained
+        guard fuse_set_signal_handlers(session) == 0 else {
+            throw MountError(description: "cannot install signal handlers")
+        }
+        guard fuse_session_mount(session, mountpoint) == 0 else {
+            throw MountError(description: "cannot mount at \(mountpoint) (is /dev/fuse available, and fusermount3 installed?)")
+        }
+        mounted = true
+    }
+
+    /// Detaches into the background unless `foreground`. libfuse forks here; the parent exits once
+    /// the child is ready, so no thread may have been started before this call.
+    public func daemonize(foreground: Bool) {
+        _ = fuse_daemonize(foreground ? 1 : 0)
+    }
+
+    /// Serves requests on up to `maxThreads` worker threads until unmounted or signalled
+    /// (SIGINT, SIGTERM, SIGHUP). Returns 0 on a clean exit.
+    public func run(maxThreads: UInt32) -> Int32 {
+        dbx_fuse_session_loop_mt(session, 0, maxThreads)
+    }
+
+    deinit {
+        fuse_remove_signal_handlers(session)
+        if mounted { fuse_session_unmount(session) }
+        fuse_session_destroy(session)
+        context.release()
+    }
+}

@@ -1,0 +1,127 @@
+import CShims
+import DropboxFS
+
+/// The answer to one FUSE request. It is non-copyable and every answer consumes it, so no code path
+/// can reply twice; one dropped without an answer replies `EIO` from its deinit (fuser's rule), so
+/// no path can leave the kernel waiting either.
+struct Reply: ~Copyable {
+    private let request: fuse_req_t
+
+    init(_ request: fuse_req_t) { self.request = request }
+
+    deinit { fuse_reply_err(request, EIO) }
+
+    /// The corresponding C function is `fuse_reply_err`; 0 means success for requests with no data.
+    consuming func error(_ code: Int32) {
+        fuse_reply_err(request, code)
+        discard self
+    }
+
+    consuming func failure(_ error: FSError) { self.error(error.errno) }
+
+    consuming func ok() { self.error(0) }
+
+    /// The corresponding C function is `fuse_reply_none` (forget has no reply).
+    consuming func none() {
+        fuse_reply_none(request)
+        discard self
+    }
+
+    /// The corresponding C function is `fuse_reply_entry`.
+    consuming func entry(_ attributes: NodeAttributes, timeouts: KernelCacheTimeouts) {
+        var entry = fuse_entry_param()
+        entry.ino = attributes.inode.rawValue
+        entry.generation = 1
+        entry.attr = stat(attributes)
+        entry.attr_timeout = timeouts.attributes
+        entry.entry_timeout = timeouts.entry
+        fuse_reply_entry(request, &entry)
+        discard self
+    }
+
+    /// A negative entry: "no such name", cached by the kernel for `timeout` seconds.
+    consuming func negativeEntry(timeout: Double) {
+        var entry = fuse_entry_param()
+        entry.entry_timeout = timeout
+        fuse_reply_entry(request, &entry)
+        discard self
+    }
+
+    /// The corresponding C function is `fuse_reply_attr`.
+    consuming func attributes(_ attributes: NodeAttributes, timeout: Double) {
+        var attr = stat(attributes)
+        fuse_reply_attr(request, &attr, timeout)
+        discard self
+    }
+
+    /// The corresponding C function is `fuse_reply_open`.
+    consuming func open(_ info: UnsafeMutablePointer<fuse_file_info>) {
+        fuse_reply_open(request, info)
+        discard self
+    }
+
+    /// The corresponding C function is `fuse_reply_buf`.
+    consuming func bytes(_ buffer: UnsafeRawBufferPointer) {
+        fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
+        discard self
+    }
+
+    consuming func bytes(_ array: [UInt8]) {
+        let request = self.request
+        array.withUnsafeBytes { buffer in
+            _ = fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
+        }
+        discard self
+    }
+
+    /// The corresponding C function is `fuse_reply_xattr` (the size a getxattr/listxattr needs).
+    consuming func attributeSize(_ size: Int) {
+        fuse_reply_xattr(request, size)
+        discard self
+    }
+
+    /// The corresponding C function is `fuse_reply_statfs`.
+    consuming func statistics(_ stats: FilesystemStatistics) {
+        var vfs = statvfs()
+        let block = FilesystemStatistics.blockSize
+        vfs.f_bsize = UInt(block)
+        vfs.f_frsize = UInt(block)
+        vfs.f_blocks = UInt(max(stats.allocatedBytes, stats.usedBytes) / block)
+        vfs.f_bfree = UInt(stats.allocatedBytes > stats.usedBytes ? (stats.allocatedBytes - stats.usedBytes) / block : 0)
+        vfs.f_bavail = vfs.f_bfree
+        vfs.f_files = UInt(stats.nodeCount)
+        vfs.f_namemax = UInt(FilesystemStatistics.maximumNameLength)
+        fuse_reply_statfs(request, &vfs)
+        discard self
+    }
+}
+
+/// How long the kernel may trust what we tell it, in seconds.
+public struct KernelCacheTimeouts: Sendable {
+    public var entry: Double
+    public var attributes: Double
+    public var negativeEntry: Double
+
+    public init(entry: Double, attributes: Double, negativeEntry: Double) {
+        self.entry = entry; self.attributes = attributes; self.negativeEntry = negativeEntry
+    }
+}
+
+/// `struct stat` for a node.
+func stat(_ attributes: NodeAttributes) -> stat {
+    var st = CShims.stat()
+    st.st_ino = UInt(attributes.inode.rawValue)
+    let typeBits = UInt32(attributes.kind == .directory ? S_IFDIR : S_IFREG)
+    st.st_mode = typeBits | attributes.permissions
+    st.st_nlink = UInt(attributes.linkCount)
+    st.st_uid = attributes.uid
+    st.st_gid = attributes.gid
+    st.st_size = Int(clamping: attributes.size)
+    st.st_blocks = Int(clamping: attributes.blocks)
+    st.st_blksize = 4096
+    let time = timespec(tv_sec: Int(attributes.modified), tv_nsec: 0)
+    st.st_mtim = time
+    st.st_ctim = time
+    st.st_atim = time
+    return st
+}

@@ -1,0 +1,275 @@
+import DropboxClient
+@testable import DropboxFS
+import Foundation
+import Synchronization
+import Testing
+
+@Suite("DropboxFS core against an in-memory Dropbox")
+struct DropboxFSTests {
+    let dropbox = FakeDropbox(pageSize: 100)
+    let clock = ManualClock()
+
+    func makeFS(_ options: FilesystemOptions = FilesystemOptions(uid: 1000, gid: 1000)) -> DropboxFS {
+        DropboxFS(api: dropbox, options: options, folderModified: 1_600_000_000, now: clock.now)
+    }
+
+    func path(_ fs: DropboxFS, _ components: String...) throws -> NodeAttributes {
+        var inode = InodeNumber.root
+        var attributes = try fs.attributes(of: .root)
+        for name in components {
+            attributes = try fs.lookup(parent: inode, name: name)
+            inode = attributes.inode
+        }
+        return attributes
+    }
+
+    func names(_ fs: DropboxFS, _ folder: InodeNumber) throws -> [String] {
+        let handle = try fs.openDirectory(folder)
+        defer { fs.releaseDirectory(handle) }
+        return try fs.readDirectory(handle, from: 0).map(\.name)
+    }
+
+    @Test func attributesMatchDropboxMetadata() throws {
+        dropbox.addFolder("/Docs")
+        dropbox.addFolder("/Docs/Sub")
+        dropbox.addFile("/Docs/a.txt", Array("hello".utf8), modified: 1_650_000_000)
+        let fs = makeFS()
+        let file = try path(fs, "Docs", "a.txt")
+        #expect(file.kind == .file)
+        #expect(file.size == 5)
+        #expect(file.modified == 1_650_000_000)
+        #expect(file.permissions == 0o444)
+        #expect(file.linkCount == 1)
+        #expect(file.uid == 1000 && file.gid == 1000)
+        #expect(file.blocks == 1)
+        let docs = try path(fs, "Docs")
+        #expect(docs.kind == .directory)
+        #expect(docs.permissions == 0o555)
+        #expect(docs.linkCount == 3, "a listed folder with one subfolder has 2 + 1 links")
+        #expect(try fs.attributes(of: .root).linkCount == 3)
+    }
+
+    @Test func umaskOverridesDefaultModes() throws {
+        dropbox.addFile("/f", [1])
+        dropbox.addFolder("/d")
+        let fs = makeFS(FilesystemOptions(umask: 0o022))
+        #expect(try path(fs, "f").permissions == 0o644)
+        #expect(try path(fs, "d").permissions == 0o755)
+    }
+
+    @Test func readdirPagesThroughContinue() throws {
+        for i in 0..<1050 { dropbox.addFile("/big/file\(i)", []) }
+        dropbox.addFolder("/big")
+        let fs = makeFS()
+        let big = try path(fs, "big")
+        let listed = try names(fs, big.inode)
+        #expect(listed.count == 1052)
+        #expect(listed.prefix(2) == [".", ".."])
+        #expect(Set(listed.dropFirst(2)) == Set((0..<1050).map { "file\($0)" }))
+        #expect(dropbox.counters.listContinue == 10)
+    }
+
+    @Test func readdirFromOffsetResumes() throws {
+        for i in 0..<10 { dropbox.addFile("/f\(i)", []) }
+        let fs = makeFS()
+        let handle = try fs.openDirectory(.root)
+        let all = try fs.readDirectory(handle, from: 0).map(\.name)
+        let tail = try fs.readDirectory(handle, from: 7).map(\.name)
+        #expect(tail == Array(all[7...]))
+        #expect(try fs.readDirectory(handle, from: 99).isEmpty)
+        fs.releaseDirectory(handle)
+        #expect(throws: FSError.badHandle) { try fs.readDirectory(handle, from: 0) }
+    }
+
+    @Test func listingIsTrustedForTheTTLThenRefreshed() throws {
+        dropbox.addFile("/a", [1])
+        dropbox.addFile("/b", [2])
+        let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(10)))
+        let a = try path(fs, "a")
+        _ = try path(fs, "b")
+        _ = try fs.attributes(of: a.inode)
+        #expect(dropbox.counters.listFolder == 1)
+
+        dropbox.remove("/a")
+        dropbox.addFile("/c", [3])
+        clock.advance(by: 5)
+        #expect(try fs.attributes(of: a.inode).size == 1, "within the TTL the cached listing answers")
+        #expect(throws: FSError.notFound) { try fs.lookup(parent: .root, name: "c") }
+
+        clock.advance(by: 6)
+        #expect(throws: FSError.notFound) { try fs.attributes(of: a.inode) }
+        #expect(try path(fs, "c").size == 1)
+        #expect(dropbox.counters.listFolder == 2, "one relisting refreshes all siblings")
+    }
+
+    @Test func inodeNumbersStayStableAcrossRelisting() throws {
+        dropbox.addFolder("/d")
+        dropbox.addFile("/d/x", [1])
+        let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(1)))
+        let first = try path(fs, "d", "x").inode
+        let folder = try path(fs, "d").inode
+        clock.advance(by: 5)
+        dropbox.addFile("/d/x", [1, 2])
+        let again = try path(fs, "d", "x")
+        #expect(again.inode == first)
+        #expect(again.size == 2)
+        #expect(try path(fs, "d").inode == folder)
+        #expect(first != folder && first != .root)
+    }
+
+    @Test func aPathThatChangesKindGetsANewInode() throws {
+        dropbox.addFile("/x", [1])
+        let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(1)))
+        let asFile = try path(fs, "x").inode
+        dropbox.remove("/x")
+        dropbox.addFolder("/x")
+        clock.advance(by: 2)
+        let asFolder = try path(fs, "x")
+        #expect(asFolder.kind == .directory)
+        #expect(asFolder.inode != asFile)
+    }
+
+    @Test func concurrentReadersOfAColdFolderShareOneListing() async throws {
+        let release = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        let gated = FakeDropbox(pageSize: 100, listingGate: {
+            entered.signal()
+            release.wait()
+        })
+        for i in 0..<5 { gated.addFile("/f\(i)", [UInt8(i)]) }
+        let fs = DropboxFS(api: gated, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        let results = Mutex<[Result<UInt64, FSError>]>([])
+        let group = DispatchGroup()
+        for i in 0..<8 {
+            DispatchQueue.global().async(group: group) {
+                let r = Result { () throws(FSError) -> UInt64 in try fs.lookup(parent: .root, name: "f\(i % 5)").size }
+                results.withLock { $0.append(r) }
+            }
+        }
+        entered.wait()
+        Thread.sleep(forTimeInterval: 0.2)   // let the other seven arrive while the listing is held
+        release.signal()
+        group.wait()
+        #expect(gated.counters.listFolder == 1)
+        #expect(results.withLock { $0.count } == 8)
+        #expect(results.withLock { $0.allSatisfy { (try? $0.get()) == 1 } })
+    }
+
+    @Test func readsAreRangedAndStopAtEndOfFile() throws {
+        let content = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 * 7) }
+        dropbox.addFile("/data.bin", content)
+        let fs = makeFS()
+        let file = try path(fs, "data.bin")
+        let opened = try fs.open(file.inode)
+        #expect(try fs.read(opened.handle, offset: 0, size: 100) == Array(content[0..<100]))
+        #expect(try fs.read(opened.handle, offset: 9_990, size: 100) == Array(content[9_990...]))
+        #expect(try fs.read(opened.handle, offset: 10_000, size: 100) == [])
+        #expect(try fs.read(opened.handle, offset: 50_000, size: 100) == [])
+        #expect(dropbox.counters.download == 2, "reads at or past the end make no call")
+        fs.release(opened.handle)
+        #expect(throws: FSError.badHandle) { try fs.read(opened.handle, offset: 0, size: 1) }
+    }
+
+    @Test func aFileReplacedAfterOpenFailsInsteadOfMixingContent() throws {
+        dropbox.addFile("/f", Array(repeating: 1, count: 100))
+        let fs = makeFS()
+        let opened = try fs.open(try path(fs, "f").inode)
+        #expect(try fs.read(opened.handle, offset: 0, size: 10) == Array(repeating: 1, count: 10))
+        dropbox.addFile("/f", Array(repeating: 2, count: 100))
+        #expect(throws: FSError.self) { try fs.read(opened.handle, offset: 10, size: 10) }
+        do { _ = try fs.read(opened.handle, offset: 10, size: 10) } catch {
+            #expect(error != .notFound, "a vanished rev is an I/O error for the reader, not ENOENT")
+        }
+    }
+
+    @Test func keepCacheOnlyWhileTheRevIsUnchanged() throws {
+        dropbox.addFile("/f", [1])
+        let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(1)))
+        let inode = try path(fs, "f").inode
+        #expect(try fs.open(inode).contentUnchanged == false)
+        #expect(try fs.open(inode).contentUnchanged == true)
+        dropbox.addFile("/f", [2])
+        clock.advance(by: 2)
+        #expect(try fs.open(inode).contentUnchanged == false, "open revalidates stale attributes")
+    }
+
+    @Test func namesAreExactUnlessCaseInsensitive() throws {
+        dropbox.addFile("/Photo.JPG", [1])
+        let exact = makeFS()
+        #expect(throws: FSError.notFound) { try exact.lookup(parent: .root, name: "photo.jpg") }
+        #expect(try exact.lookup(parent: .root, name: "Photo.JPG").size == 1)
+        let folded = makeFS(FilesystemOptions(caseInsensitive: true))
+        #expect(try folded.lookup(parent: .root, name: "photo.jpg").size == 1)
+        #expect(try names(folded, .root).contains("Photo.JPG"), "names still appear as Dropbox has them")
+    }
+
+    @Test func hostileNamesAreSkipped() throws {
+        func file(_ name: String) -> Metadata {
+            .file(FileMetadata(name: name, id: "id:\(name)", pathLower: nil, pathDisplay: nil, clientModified: 0,
+                               serverModified: 0, rev: "abcdef0123", size: 1))
+        }
+        dropbox.injectListing("", [file("ok"), file("a/b"), file("."), file(".."), file(""), file("nul\0x"),
+                                   file(String(repeating: "x", count: 256)), file(String(repeating: "y", count: 255)),
+                                   file("Dup"), file("dup")])
+        let fs = makeFS()
+        let listed = try names(fs, .root).dropFirst(2)
+        #expect(Array(listed) == ["ok", String(repeating: "y", count: 255), "Dup"])
+    }
+
+    @Test func nonDownloadableFilesAreHidden() throws {
+        dropbox.addFile("/notes.paper", [1], downloadable: false)
+        dropbox.addFile("/real.txt", [1])
+        #expect(try names(makeFS(), .root).dropFirst(2) == ["real.txt"])
+    }
+
+    @Test func aSubfolderMountShowsOnlyThatFolder() throws {
+        dropbox.addFolder("/Photos")
+        dropbox.addFile("/Photos/cat.jpg", [1, 2, 3])
+        dropbox.addFile("/outside.txt", [1])
+        let fs = makeFS(FilesystemOptions(rootPath: "/Photos"))
+        #expect(try names(fs, .root).dropFirst(2) == ["cat.jpg"])
+        let cat = try path(fs, "cat.jpg")
+        let opened = try fs.open(cat.inode)
+        #expect(try fs.read(opened.handle, offset: 0, size: 10) == [1, 2, 3])
+    }
+
+    @Test func statisticsComeFromSpaceUsageAndAreCached() throws {
+        let fs = makeFS()
+        let stats = try fs.statistics()
+        #expect(stats.usedBytes == 1 << 30)
+        #expect(stats.allocatedBytes == 2 << 30)
+        _ = try fs.statistics()
+        #expect(dropbox.counters.spaceUsage == 1)
+    }
+
+    @Test func dropboxFailuresBecomeFilesystemErrors() throws {
+        let fs = makeFS()
+        dropbox.fail(with: .auth(tag: "invalid_access_token", summary: "invalid_access_token/"))
+        #expect(throws: FSError.accessDenied) { try fs.lookup(parent: .root, name: "x") }
+        dropbox.fail(with: .transport(code: 7, message: "connection refused"))
+        #expect(throws: FSError.upstream(.transport(code: 7, message: "connection refused"))) {
+            try fs.lookup(parent: .root, name: "x")
+        }
+        dropbox.fail(with: nil)
+        dropbox.addFile("/x", [1])
+        #expect(try fs.lookup(parent: .root, name: "x").size == 1, "a failed listing is not cached")
+    }
+
+    @Test func lookupsInAFileAreNotADirectory() throws {
+        dropbox.addFile("/f", [1])
+        let fs = makeFS()
+        let f = try path(fs, "f")
+        #expect(throws: FSError.notADirectory) { try fs.lookup(parent: f.inode, name: "x") }
+        #expect(throws: FSError.notADirectory) { try fs.openDirectory(f.inode) }
+        #expect(throws: FSError.isADirectory) { try fs.open(.root) }
+    }
+
+    @Test func extendedAttributesCarryDropboxIdentity() throws {
+        dropbox.addFile("/f", [1])
+        let fs = makeFS()
+        let attributes = try fs.extendedAttributes(of: try path(fs, "f").inode)
+        #expect(attributes.map(\.name) == ["user.dropbox.id", "user.dropbox.rev", "user.dropbox.content_hash"])
+        #expect(attributes[0].value == "id:/f")
+        #expect(try fs.extendedAttributes(of: .root).isEmpty)
+    }
+}

@@ -1,0 +1,259 @@
+"""issue 3: mount a Dropbox read-only and browse it end to end."""
+import errno
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, is_mounted, mount_entry
+
+
+def run(*args, cwd=None):
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+def file_listing(root: Path):
+    """Every path with its type, and size and mtime for files (folders carry no times in Dropbox)."""
+    out = run("find", ".", "-printf", "%y %P\\0", cwd=root)
+    entries = {}
+    for record in filter(None, out.split("\0")):
+        kind, path = record.split(" ", 1)
+        if kind == "f":
+            st = os.stat(root / path)
+            entries[path] = ("f", st.st_size, int(st.st_mtime))
+        else:
+            entries[path] = (kind,)
+    return entries
+
+
+def test_diff_r_shows_no_difference(served, shared_mount):
+    result = subprocess.run(["diff", "-r", str(served), str(shared_mount)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[:2000] + result.stderr[:2000]
+
+
+def test_find_and_stat_match_the_served_tree(served, shared_mount):
+    assert file_listing(shared_mount) == file_listing(served)
+
+
+def test_ls_lR_lists_every_name(served, shared_mount):
+    mounted = run("ls", "-lR", "--time-style=+%s", ".", cwd=shared_mount)
+    local = run("ls", "-lR", "--time-style=+%s", ".", cwd=served)
+    # Permissions, owners and folder times differ by design; names, sizes of files and file times match.
+    def names_sizes(listing):
+        rows = []
+        for line in listing.splitlines():
+            fields = line.split(None, 6)
+            if len(fields) == 7 and fields[0].startswith("-"):
+                rows.append((fields[4], fields[5], fields[6]))
+            elif line.endswith(":") or (len(fields) == 7 and fields[0].startswith("d")):
+                rows.append((fields[-1],))
+        return rows
+    assert names_sizes(mounted) == names_sizes(local)
+
+
+def test_modes_links_and_owner_by_default(shared_mount):
+    f = os.stat(shared_mount / "empty.txt")
+    d = os.stat(shared_mount / "d1")
+    assert stat.S_IMODE(f.st_mode) == 0o444 and stat.S_ISREG(f.st_mode)
+    assert stat.S_IMODE(d.st_mode) == 0o555 and stat.S_ISDIR(d.st_mode)
+    assert f.st_nlink == 1
+    os.listdir(shared_mount / "d1")
+    assert os.stat(shared_mount / "d1").st_nlink == 3          # ".", the entry in /, and d2's ".."
+    assert f.st_uid == os.getuid() and f.st_gid == os.getgid()
+
+
+def test_uid_gid_umask_options(mount):
+    mnt = mount("-o", "uid=1234,gid=4321,umask=027")
+    f = os.stat(mnt / "empty.txt")
+    d = os.stat(mnt / "d1")
+    assert (f.st_uid, f.st_gid) == (1234, 4321)
+    assert stat.S_IMODE(f.st_mode) == 0o640
+    assert stat.S_IMODE(d.st_mode) == 0o750
+
+
+def test_wide_folder_lists_completely(served, shared_mount):
+    names = os.listdir(shared_mount / "wide")
+    assert len(names) == 10_000
+    assert sorted(names) == sorted(os.listdir(served / "wide"))
+
+
+def test_reads_at_random_offsets_match(served, shared_mount):
+    rng = random.Random(7)
+    for name in ["sizes/big.bin", "sizes/file-4194305.bin", "sizes/file-131073.bin"]:
+        local = (served / name).read_bytes()
+        with open(shared_mount / name, "rb") as f:
+            for _ in range(40):
+                offset = rng.randrange(0, len(local) + 10)
+                size = rng.choice([1, 17, 4096, 65536, 200_000, 1 << 20])
+                f.seek(offset)
+                assert f.read(size) == local[offset:offset + size], (name, offset, size)
+
+
+def test_dd_skip_reads_the_same_bytes(served, shared_mount):
+    out = subprocess.run(["dd", f"if={shared_mount / 'sizes/big.bin'}", "bs=1M", "skip=100", "count=3", "status=none"],
+                         capture_output=True, check=True).stdout
+    with open(served / "sizes/big.bin", "rb") as f:
+        f.seek(100 << 20)
+        assert out == f.read(3 << 20)
+
+
+def test_read_past_end_returns_nothing(shared_mount):
+    with open(shared_mount / "sizes/file-1000.bin", "rb") as f:
+        f.seek(5000)
+        assert f.read(100) == b""
+    with open(shared_mount / "empty.txt", "rb") as f:
+        assert f.read() == b""
+
+
+def test_every_write_operation_fails_with_erofs(shared_mount):
+    m = shared_mount
+    attempts = {
+        "create": lambda: os.open(m / "new.txt", os.O_CREAT | os.O_WRONLY, 0o644),
+        "open for writing": lambda: os.open(m / "empty.txt", os.O_WRONLY),
+        "truncate": lambda: os.truncate(m / "old.txt", 0),
+        "mkdir": lambda: os.mkdir(m / "newdir"),
+        "unlink": lambda: os.unlink(m / "old.txt"),
+        "rmdir": lambda: os.rmdir(m / "empty-folder"),
+        "rename": lambda: os.rename(m / "old.txt", m / "renamed.txt"),
+        "chmod": lambda: os.chmod(m / "old.txt", 0o600),
+        "chown": lambda: os.chown(m / "old.txt", 1, 1),
+        "utime": lambda: os.utime(m / "old.txt", (1, 1)),
+        "symlink": lambda: os.symlink("old.txt", m / "link"),
+        "link": lambda: os.link(m / "old.txt", m / "hardlink"),
+        "setxattr": lambda: os.setxattr(m / "old.txt", "user.x", b"1"),
+        "removexattr": lambda: os.removexattr(m / "old.txt", "user.dropbox.rev"),
+        "mknod": lambda: os.mkfifo(m / "fifo"),
+    }
+    for what, attempt in attempts.items():
+        with pytest.raises(OSError) as caught:
+            attempt()
+        assert caught.value.errno == errno.EROFS, what
+
+
+def test_proc_mounts_shows_a_read_only_dbx_mount(shared_mount):
+    fields = mount_entry(shared_mount)
+    assert fields[2] == "fuse.dbx-mount"
+    assert "ro" in fields[3].split(",")
+
+
+def test_inode_numbers_are_stable(shared_mount):
+    first = os.stat(shared_mount / "d1" / "d2" / "middle.txt").st_ino
+    os.listdir(shared_mount / "d1" / "d2")
+    assert os.stat(shared_mount / "d1" / "d2" / "middle.txt").st_ino == first
+    assert first != os.stat(shared_mount / "old.txt").st_ino
+
+
+def test_statfs_comes_from_space_usage(emulator, shared_mount):
+    request = urllib.request.Request(emulator.url + "/2/users/get_space_usage", data=b"null", method="POST",
+                                     headers={"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"})
+    usage = json.load(urllib.request.urlopen(request, timeout=10))
+    vfs = os.statvfs(shared_mount)
+    assert vfs.f_blocks * vfs.f_frsize == usage["allocation"]["allocated"] // 4096 * 4096
+    assert (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize == pytest.approx(usage["used"], abs=8192)
+
+
+def test_xattrs_carry_the_dropbox_rev(emulator, shared_mount):
+    out = run("getfattr", "-d", "--absolute-names", str(shared_mount / "old.txt"))
+    request = urllib.request.Request(emulator.url + "/2/files/get_metadata", method="POST",
+                                     data=json.dumps({"path": "/old.txt"}).encode(),
+                                     headers={"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"})
+    metadata = json.load(urllib.request.urlopen(request, timeout=10))
+    assert f'user.dropbox.rev="{metadata["rev"]}"' in out
+    assert f'user.dropbox.id="{metadata["id"]}"' in out
+
+
+def test_subfolder_source_shows_only_that_folder(served, mount):
+    mnt = mount(source="/Photos")
+    assert sorted(os.listdir(mnt)) == sorted(os.listdir(served / "Photos"))
+    assert subprocess.run(["diff", "-r", str(served / "Photos"), str(mnt)]).returncode == 0
+
+
+def test_case_insensitive_option(mount):
+    exact = mount()
+    assert not (exact / "NAMES" / "upper LOWER.txt").exists()
+    folded = mount("-o", "case_insensitive")
+    assert (folded / "NAMES" / "upper LOWER.txt").read_bytes() == b"UPPER lower.TXT\n"
+    assert "UPPER lower.TXT" in os.listdir(folded / "names")
+
+
+def test_bad_token_fails_with_a_clear_message(emulator, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(os.environ, DBX_ACCESS_TOKEN="not-a-valid-token", DBX_API_URL=emulator.url,
+               DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url)
+    result = subprocess.run([str(DBX_MOUNT), str(mnt)], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "access token" in result.stderr and "invalid_access_token" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "not-a-valid-token" not in result.stderr
+    assert not is_mounted(mnt)
+
+
+def test_missing_mount_point_fails_with_a_clear_message(emulator, tmp_path):
+    env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url)
+    result = subprocess.run([str(DBX_MOUNT), str(tmp_path / "nope")], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"dbx-mount: mount point {tmp_path / 'nope'} does not exist"
+
+
+def test_missing_source_folder_fails(emulator, tmp_path):
+    env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url)
+    result = subprocess.run([str(DBX_MOUNT), "/No Such Folder", str(tmp_path)], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 0
+    assert "no such folder" in result.stderr
+    assert not is_mounted(tmp_path)
+
+
+def test_unknown_option_fails(emulator, tmp_path):
+    env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url)
+    result = subprocess.run([str(DBX_MOUNT), "-o", "frobnicate", str(tmp_path)], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 0
+    assert "unknown mount option 'frobnicate'" in result.stderr
+
+
+def test_daemon_mode_returns_once_mounted(emulator, served, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url, DBX_CONTENT_URL=emulator.url,
+               DBX_NOTIFY_URL=emulator.url)
+    try:
+        result = subprocess.run([str(DBX_MOUNT), str(mnt)], env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert is_mounted(mnt)
+        assert (mnt / "old.txt").read_bytes() == b"old\n"
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)])
+    assert not is_mounted(mnt)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_unmount_cleanly(emulator, tmp_path, sig):
+    m = Mount(emulator, tmp_path / "mnt")
+    try:
+        os.listdir(m.mountpoint)
+        m.process.send_signal(sig)
+        assert m.process.wait(timeout=20) == 0
+        assert not is_mounted(m.mountpoint)
+    finally:
+        m.unmount()
+
+
+def test_a_killed_mount_is_cleared_by_fusermount(emulator, tmp_path):
+    m = Mount(emulator, tmp_path / "mnt")
+    try:
+        m.process.kill()
+        m.process.wait(timeout=20)
+        assert is_mounted(m.mountpoint)
+        subprocess.run(["fusermount3", "-u", str(m.mountpoint)], check=True)
+        assert not is_mounted(m.mountpoint)
+    finally:
+        m.unmount()
