@@ -1,1 +1,104 @@
-print("dbx-emulator: not built yet")
+// dbx-emulator: serves a local directory as a Dropbox account over HTTP(S) on loopback.
+
+import ArgumentParser
+import DropboxEmulator
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct DBXEmulatorCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dbx-emulator",
+        abstract: "Serve a local directory as a Dropbox account (API v2 read-only subset).",
+        discussion: """
+            Prints one line, "dbx-emulator listening on URL", once it accepts connections, and \
+            stops cleanly on SIGINT or SIGTERM. Admin routes: GET /__stats, POST /__stats/reset, \
+            POST /__admin/expire_cursors, GET|POST /__admin/knobs.
+            """
+    )
+
+    @Option(help: "Directory to serve as the account root.") var root: String
+    @Option(help: "Address to listen on.") var host: String = "127.0.0.1"
+    @Option(help: "Port to listen on; 0 picks a free one.") var port: Int = 0
+    @Option(name: .customLong("token"), help: "An always-valid access token (repeatable). Default: emulator-token.") var tokens: [String] = []
+    @Option(name: .customLong("tls-cert"), help: "PEM certificate chain; serves HTTPS with --tls-key.") var tlsCert: String?
+    @Option(name: .customLong("tls-key"), help: "PEM private key for --tls-cert.") var tlsKey: String?
+    @Option(name: .customLong("latency-ms"), help: "Delay added to each API request, in milliseconds.") var latencyMs: Int = 0
+    @Option(help: "Global cap on response body bytes per second.") var bandwidth: Int?
+    @Option(name: .customLong("fail-rate"), help: "Fraction (0-1) of API requests answered 500, 503 or 429.") var failRate: Double = 0
+    @Option(name: .customLong("truncate-rate"), help: "Fraction (0-1) of download bodies cut short.") var truncateRate: Double = 0
+    @Option(help: "Seed for the failure and truncation dice.") var seed: UInt64 = 1
+    @Option(name: .customLong("rate-limit"), help: "API requests per second before 429 with Retry-After.") var rateLimit: Int?
+    @Option(name: .customLong("page-size"), help: "Maximum (and default) entries per list_folder page.") var pageSize: Int = 500
+    @Option(name: .customLong("refresh-token"), help: "Refresh token accepted by /oauth2/token (needs --app-key).") var refreshToken: String?
+    @Option(name: .customLong("app-key"), help: "client_id that goes with --refresh-token.") var appKey: String?
+    @Option(name: .customLong("token-lifetime"), help: "Lifetime in seconds of access tokens issued by /oauth2/token.") var tokenLifetime: Int = 14400
+    @Flag(help: "Serve a team account: the root namespace differs from the home namespace.") var team = false
+    @Option(name: .customLong("team-home"), help: "Team mode: the home folder under --root.") var teamHome: String = "Home"
+    @Option(name: .customLong("range-past-end"), help: "Answer for a range past the end: 416 or 409.") var rangePastEnd: String = "416"
+    @Option(name: .customLong("longpoll-backoff"), help: "Seconds of backoff sent with every longpoll answer.") var longpollBackoff: Int?
+    @Option(name: .customLong("longpoll-max-wait"), help: "Cap, in seconds, on how long longpoll waits.") var longpollMaxWait: Int?
+
+    func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be 0-65535") }
+        guard (0...1).contains(failRate) else { throw ValidationError("--fail-rate must be between 0 and 1") }
+        guard (0...1).contains(truncateRate) else { throw ValidationError("--truncate-rate must be between 0 and 1") }
+        guard latencyMs >= 0 else { throw ValidationError("--latency-ms must not be negative") }
+        guard pageSize >= 1 else { throw ValidationError("--page-size must be at least 1") }
+        guard tokenLifetime >= 1 else { throw ValidationError("--token-lifetime must be at least 1") }
+        if let bandwidth, bandwidth < 1 { throw ValidationError("--bandwidth must be positive") }
+        if let rateLimit, rateLimit < 1 { throw ValidationError("--rate-limit must be positive") }
+        guard RangePastEnd(rawValue: rangePastEnd) != nil else { throw ValidationError("--range-past-end must be 416 or 409") }
+        guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
+        guard (refreshToken == nil) == (appKey == nil) else { throw ValidationError("--refresh-token and --app-key go together") }
+        var st = stat()
+        guard stat(root, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw ValidationError("--root \(root) is not a directory") }
+    }
+
+    func run() throws {
+        var c = EmulatorConfiguration(root: root)
+        c.host = host
+        c.port = port
+        if !tokens.isEmpty { c.accessTokens = tokens }
+        c.tlsCertificatePath = tlsCert
+        c.tlsKeyPath = tlsKey
+        c.latency = .milliseconds(latencyMs)
+        c.bandwidthBytesPerSecond = bandwidth
+        c.failureRate = failRate
+        c.truncateRate = truncateRate
+        c.seed = seed
+        c.requestsPerSecond = rateLimit
+        c.pageSizeCap = pageSize
+        c.refreshToken = refreshToken
+        c.appKey = appKey
+        c.accessTokenLifetime = .seconds(tokenLifetime)
+        c.teamMode = team
+        c.teamHomeFolder = teamHome
+        c.rangePastEnd = RangePastEnd(rawValue: rangePastEnd) ?? .status416
+        c.longpollBackoff = longpollBackoff
+        c.longpollMaxWait = longpollMaxWait
+
+        // Block the signals in every thread (the server's threads inherit this mask) and take
+        // them synchronously below, so shutdown runs on this thread and nothing is async-unsafe.
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        sigaddset(&signals, SIGINT)
+        sigaddset(&signals, SIGTERM)
+        pthread_sigmask(SIG_BLOCK, &signals, nil)
+
+        let server: DropboxEmulatorServer
+        do {
+            server = try DropboxEmulatorServer.start(c)
+        } catch {
+            throw ValidationError("cannot start: \(error)")
+        }
+        print("dbx-emulator listening on \(server.baseURL)")
+        fflush(nil)  // all streams; naming `stdout` is a shared-mutable-state error in Swift 6
+        var received: Int32 = 0
+        sigwait(&signals, &received)
+        server.stop()
+    }
+}
+
+DBXEmulatorCommand.main()

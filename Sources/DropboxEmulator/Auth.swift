@@ -1,0 +1,176 @@
+import Crypto
+import NIOCore
+import Synchronization
+
+/// Access tokens, refresh-token families and authorization codes.
+final class AuthStore: Sendable {
+    enum Verdict: Equatable { case valid, invalid, expired, malformed }
+
+    struct Family { var clientID: String; var revoked = false }
+    struct Issued { var expires: NIODeadline; var family: String }
+    struct Code { var clientID: String; var challenge: String?; var method: String; var redirectURI: String? }
+
+    struct State {
+        var staticTokens: Set<String>
+        var revokedStatic: Set<String> = []
+        var issued: [String: Issued] = [:]
+        /// refresh token -> family
+        var families: [String: Family] = [:]
+        var codes: [String: Code] = [:]
+    }
+
+    private let state: Mutex<State>
+    let lifetime: Duration
+
+    init(configuration c: EmulatorConfiguration) {
+        var s = State(staticTokens: Set(c.accessTokens))
+        if let refresh = c.refreshToken {
+            s.families[refresh] = Family(clientID: c.appKey ?? "")
+        }
+        state = Mutex(s)
+        lifetime = c.accessTokenLifetime
+    }
+
+    /// Dropbox answers a token that cannot be a token with 400, and only a plausible one with 401.
+    static func isWellFormed(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.allSatisfy { b in
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+                || b == UInt8(ascii: "-") || b == UInt8(ascii: "_") || b == UInt8(ascii: ".")
+                || b == UInt8(ascii: "~") || b == UInt8(ascii: "+") || b == UInt8(ascii: "/") || b == UInt8(ascii: "=")
+        }
+    }
+
+    func verdict(for token: String) -> Verdict {
+        guard AuthStore.isWellFormed(token) else { return .malformed }
+        return state.withLock { s in
+            if s.staticTokens.contains(token) { return s.revokedStatic.contains(token) ? .invalid : .valid }
+            guard let issued = s.issued[token], s.families[issued.family]?.revoked == false else { return .invalid }
+            return issued.expires > .now() ? .valid : .expired
+        }
+    }
+
+    private static func randomToken(_ prefix: String, bytes: Int = 32) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        var out = prefix
+        for _ in 0..<bytes { out.append(alphabet[Int.random(in: 0..<64)]) }
+        return out
+    }
+
+    private func issue(family: String, in s: inout State) -> String {
+        let token = AuthStore.randomToken("sl.", bytes: 48)
+        let nanos = lifetime.components.seconds * 1_000_000_000 + lifetime.components.attoseconds / 1_000_000_000
+        s.issued[token] = Issued(expires: .now() + .nanoseconds(nanos), family: family)
+        return token
+    }
+
+    enum GrantError: Error { case invalidGrant(String) }
+
+    /// `grant_type=refresh_token`.
+    func refresh(token: String, clientID: String?) throws(GrantError) -> String {
+        let result: Result<String, GrantError> = state.withLock { s in
+            guard let family = s.families[token], !family.revoked else {
+                return .failure(.invalidGrant("refresh token is invalid or revoked"))
+            }
+            guard let clientID, clientID == family.clientID else {
+                return .failure(.invalidGrant("refresh token was issued to another client"))
+            }
+            return .success(issue(family: token, in: &s))
+        }
+        return try result.get()
+    }
+
+    func authorize(clientID: String, challenge: String?, method: String, redirectURI: String?) -> String {
+        let code = AuthStore.randomToken("", bytes: 43)
+        state.withLock { $0.codes[code] = Code(clientID: clientID, challenge: challenge, method: method, redirectURI: redirectURI) }
+        return code
+    }
+
+    /// `grant_type=authorization_code`; a code works once. Returns (access, refresh).
+    func exchange(code: String, clientID: String?, verifier: String?, secret: String?, redirectURI: String?) throws(GrantError) -> (String, String) {
+        let result: Result<(String, String), GrantError> = state.withLock { s in
+            guard let entry = s.codes.removeValue(forKey: code) else {
+                return .failure(.invalidGrant("code doesn't exist or has expired"))
+            }
+            guard clientID == nil || clientID == entry.clientID else {
+                return .failure(.invalidGrant("invalid client_id for this code"))
+            }
+            if entry.redirectURI != nil, redirectURI != entry.redirectURI {
+                return .failure(.invalidGrant("redirect_uri mismatch"))
+            }
+            if let challenge = entry.challenge {
+                guard let verifier else { return .failure(.invalidGrant("invalid code verifier")) }
+                let computed = entry.method == "plain" ? verifier : AuthStore.s256(verifier)
+                guard computed == challenge else { return .failure(.invalidGrant("invalid code verifier")) }
+            } else if secret == nil {
+                return .failure(.invalidGrant("no code_verifier and no client_secret"))
+            }
+            let refresh = AuthStore.randomToken("", bytes: 43)
+            s.families[refresh] = Family(clientID: entry.clientID)
+            return .success((issue(family: refresh, in: &s), refresh))
+        }
+        return try result.get()
+    }
+
+    static func s256(_ verifier: String) -> String {
+        let digest = SHA256.hash(data: Array(verifier.utf8))
+        return base64URL(Array(digest))
+    }
+
+    /// Revokes the token, and for an issued token its refresh token and every sibling.
+    func revoke(token: String) {
+        state.withLock { s in
+            if s.staticTokens.contains(token) {
+                s.revokedStatic.insert(token)
+            } else if let issued = s.issued[token] {
+                s.families[issued.family]?.revoked = true
+            }
+        }
+    }
+}
+
+func base64URL(_ bytes: [UInt8]) -> String {
+    let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    var out = ""
+    var i = 0
+    while i + 3 <= bytes.count {
+        let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+        for shift in [18, 12, 6, 0] { out.append(alphabet[Int((n >> UInt32(shift)) & 63)]) }
+        i += 3
+    }
+    let rest = bytes.count - i
+    if rest == 1 {
+        let n = UInt32(bytes[i]) << 16
+        out.append(alphabet[Int((n >> 18) & 63)]); out.append(alphabet[Int((n >> 12) & 63)])
+    } else if rest == 2 {
+        let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
+        out.append(alphabet[Int((n >> 18) & 63)]); out.append(alphabet[Int((n >> 12) & 63)]); out.append(alphabet[Int((n >> 6) & 63)])
+    }
+    return out
+}
+
+func base64URLDecode(_ text: String) -> [UInt8]? {
+    var values: [UInt8] = []
+    for b in text.utf8 {
+        switch b {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"): values.append(b - 65)
+        case UInt8(ascii: "a")...UInt8(ascii: "z"): values.append(b - 97 + 26)
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): values.append(b - 48 + 52)
+        case UInt8(ascii: "-"): values.append(62)
+        case UInt8(ascii: "_"): values.append(63)
+        default: return nil
+        }
+    }
+    var out: [UInt8] = []
+    var i = 0
+    while i < values.count {
+        let chunk = values[i..<min(i + 4, values.count)]
+        guard chunk.count >= 2 else { return nil }
+        var n: UInt32 = 0
+        for (k, v) in chunk.enumerated() { n |= UInt32(v) << UInt32(18 - 6 * k) }
+        out.append(UInt8((n >> 16) & 0xFF))
+        if chunk.count >= 3 { out.append(UInt8((n >> 8) & 0xFF)) }
+        if chunk.count == 4 { out.append(UInt8(n & 0xFF)) }
+        i += 4
+    }
+    return out
+}
