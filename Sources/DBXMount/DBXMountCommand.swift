@@ -158,7 +158,7 @@ struct DBXMountCommand: ParsableCommand {
             fail(error.description, code: 1)
         }
         session.daemonize(foreground: foreground || debug)
-        return session.run(maxThreads: 16) == 0 ? 0 : 1
+        return session.run(maxThreads: 16) ? 0 : 1
     }
 
     /// `[SOURCE] MOUNTPOINT`, with SOURCE normalised to Dropbox's form ("" or "/a/b").

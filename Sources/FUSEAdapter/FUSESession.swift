@@ -45,9 +45,11 @@ public final class FUSESession {
     }
 
     /// Serves requests on up to `maxThreads` worker threads until unmounted or signalled
-    /// (SIGINT, SIGTERM, SIGHUP). Returns 0 on a clean exit.
-    public func run(maxThreads: UInt32) -> Int32 {
-        dbx_fuse_session_loop_mt(session, 0, maxThreads)
+    /// (SIGINT, SIGTERM, SIGHUP). Returns true for a clean exit, which includes one by signal:
+    /// libfuse then reports the signal's number, and the unmount that follows is orderly.
+    public func run(maxThreads: UInt32) -> Bool {
+        let result = dbx_fuse_session_loop_mt(session, 0, maxThreads)
+        return result == 0 || [SIGINT, SIGTERM, SIGHUP].contains(result)
     }
 
     deinit {

@@ -50,7 +50,10 @@ def write_sample_tree(root: Path, big_file_size: int = 256 << 20) -> None:
     sizes.mkdir()
     for size in [1, 1000, 4096, (128 << 10) + 1, 1 << 20, (4 << 20) + 1, 10 << 20]:
         (sizes / f"file-{size}.bin").write_bytes(rng.randbytes(size))
-    (sizes / "big.bin").write_bytes(rng.randbytes(big_file_size))
+    with open(sizes / "big.bin", "wb") as big:
+        block = rng.randbytes(1 << 20)
+        for i in range(big_file_size >> 20):   # distinct 1 MiB blocks, so a misplaced range cannot match
+            big.write(i.to_bytes(8, "little") + block[8:])
     names = root / "names"
     names.mkdir()
     for name in [
