@@ -69,6 +69,27 @@ struct DropboxFSTests {
         #expect(dropbox.counters.listContinue == 10)
     }
 
+    @Test func aFolderOfOneHundredThousandEntriesListsCompletely() throws {
+        let wide = FakeDropbox(pageSize: 2000)
+        wide.injectListing("", (0..<100_000).map { i in
+            .file(FileMetadata(name: "f\(i)", id: "id:\(i)", pathLower: "/f\(i)", pathDisplay: "/f\(i)",
+                               clientModified: 0, serverModified: 0, rev: "abcdef0123", size: UInt64(i)))
+        })
+        let fs = DropboxFS(api: wide, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        let handle = try fs.openDirectory(.root)
+        var seen = 0
+        var offset = 0
+        while true {   // read in kernel-sized batches, as readdir does
+            let batch = try fs.readDirectory(handle, from: offset).prefix(300)
+            if batch.isEmpty { break }
+            seen += batch.count
+            offset += batch.count
+        }
+        #expect(seen == 100_002)
+        #expect(wide.counters.listContinue == 49)
+        #expect(try fs.lookup(parent: .root, name: "f99999").size == 99_999)
+    }
+
     @Test func readdirFromOffsetResumes() throws {
         for i in 0..<10 { dropbox.addFile("/f\(i)", []) }
         let fs = makeFS()
@@ -129,7 +150,7 @@ struct DropboxFSTests {
         #expect(asFolder.inode != asFile)
     }
 
-    @Test func concurrentReadersOfAColdFolderShareOneListing() async throws {
+    @Test func concurrentReadersOfAColdFolderShareOneListing() throws {
         let release = DispatchSemaphore(value: 0)
         let entered = DispatchSemaphore(value: 0)
         let gated = FakeDropbox(pageSize: 100, listingGate: {
