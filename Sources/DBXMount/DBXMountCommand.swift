@@ -12,15 +12,11 @@ struct DBXMountCommand: ParsableCommand {
         commandName: "dbx-mount",
         abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem.",
         discussion: """
-            SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted.
-            The access token comes from DBX_ACCESS_TOKEN or --token-file, never from the command line.
-            Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds.
-            Unmount with: fusermount3 -u MOUNTPOINT
+            SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The access token comes from DBX_ACCESS_TOKEN or --token-file, never from the command line. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o options: uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH,
-            api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, and the FUSE options
-            allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N,
-            fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
+
+            Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """,
         version: "0.1.0"
     )
@@ -63,7 +59,7 @@ struct DBXMountCommand: ParsableCommand {
         do throws(UsageError) {
             try mount()
         } catch {
-            fail(error.description, code: 2)
+            fail(error.description, code: 64)
         }
     }
 
