@@ -1,0 +1,131 @@
+import Foundation
+import Testing
+
+@Suite struct ChangeTests {
+    func latestCursor(_ f: Fixture, _ path: String = "", recursive: Bool = true) -> String {
+        f.rpc("files/list_folder/get_latest_cursor", #"{"path":"\#(path)","recursive":\#(recursive)}"#).json["cursor"] as! String
+    }
+
+    @Test func addModifyDeleteAppearInContinue() throws {
+        try withFixture(files: ["keep.txt": "k", "mod.txt": "1", "del.txt": "d", "Dir/inner.txt": "i"]) { f in
+            let cursor = latestCursor(f)
+            let quiet = f.cont(cursor)
+            #expect((quiet.json["entries"] as! [Any]).isEmpty)
+            #expect(quiet.json["has_more"] as? Bool == false)
+            try f.write("New/deep/file.txt", "new")
+            try f.write("mod.txt", "changed")
+            try FileManager.default.removeItem(atPath: f.dir + "/del.txt")
+            try FileManager.default.removeItem(atPath: f.dir + "/Dir")
+            let r = f.cont(cursor)
+            #expect(r.status == 200)
+            let entries = r.json["entries"] as! [[String: Any]]
+            let byPath = Dictionary(entries.map { ($0["path_display"] as! String, $0[".tag"] as! String) }, uniquingKeysWith: { $1 })
+            #expect(byPath["/New"] == "folder")
+            #expect(byPath["/New/deep"] == "folder")
+            #expect(byPath["/New/deep/file.txt"] == "file")
+            #expect(byPath["/mod.txt"] == "file")
+            #expect(byPath["/del.txt"] == "deleted")
+            #expect(byPath["/Dir"] == "deleted")
+            #expect(byPath["/keep.txt"] == nil)
+            let order = entries.map { $0["path_display"] as! String }
+            #expect(order.firstIndex(of: "/New")! < order.firstIndex(of: "/New/deep/file.txt")!)
+            // The returned cursor carries on from here.
+            let next = f.cont(r.json["cursor"] as! String)
+            #expect((next.json["entries"] as! [Any]).isEmpty)
+            // And the original cursor still works.
+            #expect(f.cont(cursor).status == 200)
+        }
+    }
+
+    @Test func scopeOfNonRecursiveCursor() throws {
+        try withFixture(files: ["A/x": "x"]) { f in
+            let cursor = latestCursor(f, "/A", recursive: false)
+            try f.write("A/B/deep.txt", "d")
+            try f.write("outside.txt", "o")
+            let entries = f.cont(cursor).json["entries"] as! [[String: Any]]
+            #expect(entries.map { $0["path_lower"] as! String } == ["/a/b"])
+        }
+    }
+
+    @Test func changesDuringPagingArePickedUp() throws {
+        var files: [String: String] = [:]
+        for i in 0..<10 { files["f\(i)"] = "x" }
+        try withFixture(files: files) { f in
+            let first = f.rpc("files/list_folder", #"{"path":"","limit":3}"#)
+            try f.write("zz-new", "n")
+            var r = first
+            var seen = Set<String>()
+            while true {
+                for e in r.json["entries"] as! [[String: Any]] { seen.insert(e["name"] as! String) }
+                if r.json["has_more"] as? Bool != true { break }
+                r = f.cont(r.json["cursor"] as! String)
+            }
+            r = f.cont(r.json["cursor"] as! String)
+            for e in r.json["entries"] as! [[String: Any]] { seen.insert(e["name"] as! String) }
+            #expect(seen.contains("zz-new"))
+            #expect(seen.count == 11)
+        }
+    }
+
+    @Test func listedFolderDeletedAnswersPathError() throws {
+        try withFixture(files: ["A/x": "x"]) { f in
+            let cursor = latestCursor(f, "/A")
+            try FileManager.default.removeItem(atPath: f.dir + "/A")
+            #expect(errorTags(f.cont(cursor)) == ["path", "not_found"])
+        }
+    }
+
+    @Test func expiredCursorsAnswerReset() throws {
+        try withFixture(files: ["a": "a"]) { f in
+            let cursor = latestCursor(f)
+            let admin = f.curl("/__admin/expire_cursors", ["-X", "POST"])
+            #expect(admin.status == 200)
+            let r = f.cont(cursor)
+            #expect(r.status == 409)
+            #expect(errorTags(r) == ["reset"])
+            #expect(r.text.hasPrefix(#"{"error_summary":"reset/"#))
+            let poll = f.curl("/2/files/list_folder/longpoll", ["-X", "POST", "-H", "Content-Type: application/json", "--data-binary", #"{"cursor":"\#(cursor)"}"#])
+            #expect(errorTags(poll) == ["reset"])
+            #expect(f.cont("garbage").status == 400)
+        }
+    }
+
+    func longpoll(_ f: Fixture, _ cursor: String, auth: Bool = false) -> HTTPResult {
+        var args = ["-X", "POST", "-H", "Content-Type: application/json", "--data-binary", #"{"cursor":"\#(cursor)","timeout":30}"#]
+        if auth { args += ["-H", "Authorization: Bearer emulator-token"] }
+        return f.curl("/2/files/list_folder/longpoll", args, timeout: 40)
+    }
+
+    @Test func longpollWakesWithinASecond() async throws {
+        let f = try Fixture(files: ["a": "a"])
+        defer { f.close() }
+        let cursor = latestCursor(f)
+        let clock = ContinuousClock()
+        let start = clock.now
+        async let poll = longpoll(f, cursor)
+        try await Task.sleep(for: .milliseconds(300))
+        try f.write("b", "b")
+        let r = await poll
+        let elapsed = clock.now - start
+        #expect(r.status == 200)
+        #expect(r.json["changes"] as? Bool == true)
+        #expect(elapsed < .milliseconds(1300))
+    }
+
+    @Test func longpollTimesOutWithBackoff() throws {
+        try withFixture(files: ["a": "a"], { $0.longpollMaxWait = 1; $0.longpollBackoff = 5 }) { f in
+            let r = longpoll(f, latestCursor(f))
+            #expect(r.text == #"{"changes":false,"backoff":5}"#)
+            #expect(longpoll(f, latestCursor(f), auth: true).status == 400)
+            #expect(f.curl("/2/files/list_folder/longpoll", ["-X", "POST", "-H", "Content-Type: application/json", "--data-binary", #"{"cursor":"\#(latestCursor(f))","timeout":10}"#]).status == 400)
+        }
+    }
+
+    @Test func longpollAnswersAtOnceWhenChangesArePending() throws {
+        try withFixture(files: ["a": "a"]) { f in
+            let cursor = latestCursor(f)
+            try f.write("c", "c")
+            #expect(longpoll(f, cursor).json["changes"] as? Bool == true)
+        }
+    }
+}
