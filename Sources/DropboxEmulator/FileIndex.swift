@@ -205,6 +205,10 @@ final class FileIndex: Sendable {
         let fd = inotifyFD
         let root = rootPath
         let wakes = state.withLock { state -> [@Sendable () -> Void] in
+            // Checked under the lock: a drain in progress on another thread holds it, so once
+            // we get here every event queued before this call is either applied or readable.
+            var pending = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&pending, 1, 0) > 0 else { return [] }
             let before = state.seq
             var buffer = [UInt8](repeating: 0, count: 64 * 1024)
             while true {
