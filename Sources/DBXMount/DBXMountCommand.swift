@@ -129,10 +129,7 @@ struct DBXMountCommand: ParsableCommand {
             umask: try options.number("umask", radix: 8),
             caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
         let filesystem = DropboxFS(api: client, options: filesystemOptions, folderModified: Int64(time(nil)), logger: logger)
-        // The kernel re-asks after 1 s, so what it shows is never older than the core's TTL plus 1 s.
-        let context = MountContext(filesystem: filesystem,
-                                   timeouts: KernelCacheTimeouts(entry: 1, attributes: 1, negativeEntry: 1),
-                                   logger: logger)
+        let context = MountContext(filesystem: filesystem, logger: logger)
 
         var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]
         if !options.fuseOptions.contains(where: { $0.hasPrefix("fsname=") }) {

@@ -1,121 +1,122 @@
 // The filesystem core: answers lookup, getattr, readdir, open and read for one mounted Dropbox
 // folder. It knows nothing of FUSE or HTTP: Dropbox arrives through `DropboxAPI`, time through a
-// `MonotonicSeconds` closure, so tests drive TTLs and failures with an in-memory fake.
+// `MonotonicSeconds` closure, so tests drive TTLs, paging and failures with an in-memory fake.
 //
-// Design notes.
-// - Every folder is listed whole (`list_folder` then `continue` until `has_more` is false) the first
-//   time anyone looks inside it, and the listing is trusted for `metadataTTL`. Lookups and getattr
-//   of its children answer from that listing, so `ls -l` of a folder costs one listing, not one call
-//   per entry. A stale node is refreshed by listing its parent again, never with one call per file.
-// - Listings are single-flight per folder: concurrent readers of a cold folder share one chain.
-// - Inode numbers are keyed by the case-folded Dropbox path and never reused while mounted, so they
-//   stay stable however often a folder is listed again. A path whose kind changes (file replaced
-//   by a folder) gets a new number, because the kernel must never see an inode change type.
+// How metadata stays both cheap and right.
+// - The whole mounted folder is one recursive `list_folder` cursor, filled in the background after
+//   mount (`ChangeFeed.swift`) and applied to a compact tree (`Tree.swift`). A folder the user opens
+//   before the fill reaches it is listed on its own at once, single-flight, instead of waiting.
+// - Then the same cursor becomes a change feed (`longpoll`, then `continue`), whose file, folder and
+//   deleted entries are applied in place, telling the kernel what to forget.
+// - A complete folder answers lookups (ENOENT included), getattr and readdir from memory: forever
+//   while the feed is live, and for `metadataTTL` past its last confirmation while it is down.
+//   A stale folder is listed again whole; never one call per file.
 // - Reads are pinned to the rev seen at open (`rev:<rev>`), so a file replaced mid-read fails the
 //   read instead of mixing old and new bytes.
 // - One mutex guards all state and is never held across a Dropbox call.
 
 import DropboxClient
+import Foundation
 import Logging
 import Synchronization
 
 public final class DropboxFS: Sendable {
-    private let api: any DropboxAPI
-    private let options: FilesystemOptions
-    private let now: MonotonicSeconds
-    private let logger: Logger
+    let api: any DropboxAPI
+    let options: FilesystemOptions
+    let now: MonotonicSeconds
+    let logger: Logger
     /// Wall-clock time shown as the mtime of folders, which carry no times in Dropbox.
     private let folderModified: Int64
-    private let state: Mutex<State>
-    private let folderListings = SingleFlight<InodeNumber, Void>()
+    let state: Mutex<State>
+    private let folderListings = SingleFlight<Slot, Void>()
+    /// Signalled whenever the feed's status changes, for requests waiting on a catch-up.
+    let feedChanged = NSCondition()
+    let invalidationSink = Mutex<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
+    let stopped = Atomic<Bool>(false)
+    let store: (any MetadataStore)?
 
     public init(api: any DropboxAPI, options: FilesystemOptions, folderModified: Int64,
                 now: @escaping MonotonicSeconds = SystemClock.monotonic,
-                logger: Logger = Logger(label: "dbx-mount.fs")) {
+                logger: Logger = Logger(label: "dbx-mount.fs"), store: (any MetadataStore)? = nil) {
         self.api = api
         self.options = options
         self.now = now
         self.logger = logger
         self.folderModified = folderModified
-        self.state = Mutex(State(rootPath: options.rootPath))
+        self.state = Mutex(State())
+        self.store = store
+    }
+
+    /// Where changes the kernel must forget are sent (the FUSE adapter's invalidation queue).
+    public func onInvalidation(_ sink: @escaping @Sendable ([KernelInvalidation]) -> Void) {
+        invalidationSink.withLock { $0 = sink }
+    }
+
+    /// How long the kernel may cache what it is told now: the TTL while the change feed is live
+    /// (changes are invalidated explicitly), else one second.
+    public var kernelCacheSeconds: Double {
+        state.withLock { $0.feed.live } ? ttlSeconds : 1
     }
 
     // MARK: - Metadata
 
     /// Finds `name` in the folder `parent`, listing the folder first if its listing is missing or stale.
     public func lookup(parent: InodeNumber, name: String) throws(FSError) -> NodeAttributes {
-        try ensureFreshListing(of: parent)
+        guard let folder = Slot(parent) else { throw .notFound }
+        try ensureFreshListing(of: folder)
         return try state.withLock { state throws(FSError) -> NodeAttributes in
-            guard let folder = state.nodes[parent], let listing = folder.listing else { throw .notFound }
-            let child = options.caseInsensitive ? listing.byFoldedName[NodeKey.fold(name)] : listing.byName[name]
-            guard let child, var node = state.nodes[child] else { throw .notFound }
-            node.lookupCount += 1
-            state.nodes[child] = node
-            return attributes(of: node, inode: child)
+            guard state.tree.isAlive(folder) else { throw .notFound }
+            guard let child = state.tree.child(of: folder, folded: FoldedName(name)) else { throw .notFound }
+            if !options.caseInsensitive && state.tree.name(child) != name { throw .notFound }
+            return attributes(of: child, in: state.tree)
         }
     }
 
-    /// The attributes of `inode`, refreshed from its parent's listing when older than the TTL.
+    /// The attributes of `inode`, refreshed from its parent's listing when that is stale.
     public func attributes(of inode: InodeNumber) throws(FSError) -> NodeAttributes {
-        let parentToRefresh = try state.withLock { state throws(FSError) -> InodeNumber? in
-            guard let node = state.nodes[inode] else { throw .notFound }
-            return isFresh(node.describedAt) ? nil : node.parent
+        guard let slot = Slot(inode) else { throw .notFound }
+        let parent = try state.withLock { state throws(FSError) -> Slot? in
+            guard state.tree.isAlive(slot) else { throw .notFound }
+            return slot == .root ? nil : state.tree.parent(slot)
         }
-        if let parent = parentToRefresh {
-            try ensureFreshListing(of: parent)
-        }
+        if let parent { try ensureFreshListing(of: parent) }
         return try state.withLock { state throws(FSError) -> NodeAttributes in
-            guard let node = state.nodes[inode], state.isListed(inode) else { throw .notFound }
-            return attributes(of: node, inode: inode)
+            guard state.tree.isAlive(slot) else { throw .notFound }
+            return attributes(of: slot, in: state.tree)
         }
     }
 
-    /// The kernel dropped `count` references to `inode`. Nodes stay known (their numbers must stay
-    /// stable while mounted); the count is kept for bookkeeping and future eviction.
-    public func forget(_ inode: InodeNumber, count: UInt64) {
-        state.withLock { state in
-            guard var node = state.nodes[inode] else { return }
-            node.lookupCount = node.lookupCount > count ? node.lookupCount - count : 0
-            state.nodes[inode] = node
-        }
-    }
+    /// The kernel dropped references to `inode`. Nodes stay (their numbers must stay stable while
+    /// mounted, and the tree is the cache), so there is nothing to free.
+    public func forget(_ inode: InodeNumber, count: UInt64) {}
 
     // MARK: - Directories
 
     /// Snapshots the folder's entries (with `.` and `..` first) into a handle for `readDirectory`.
     public func openDirectory(_ inode: InodeNumber) throws(FSError) -> FileHandleID {
-        try ensureFreshListing(of: inode)
+        guard let folder = Slot(inode) else { throw .notFound }
+        try ensureFreshListing(of: folder)
         return try state.withLock { state throws(FSError) -> FileHandleID in
-            guard let folder = state.nodes[inode] else { throw .notFound }
-            guard folder.kind == .directory, let listing = folder.listing else { throw .notADirectory }
-            let parentInode = inode == .root ? inode : folder.parent
-            var entries: [DirectoryEntry] = [DirectoryEntry(name: ".", attributes: attributes(of: folder, inode: inode))]
-            let parent = state.nodes[parentInode] ?? folder
-            entries.append(DirectoryEntry(name: "..", attributes: attributes(of: parent, inode: parentInode)))
-            for child in listing.children {
-                guard let node = state.nodes[child] else { continue }
-                entries.append(DirectoryEntry(name: node.name, attributes: attributes(of: node, inode: child)))
+            let tree = state.tree
+            guard tree.isAlive(folder) else { throw .notFound }
+            guard tree.isDirectory(folder) else { throw .notADirectory }
+            let parent = folder == .root ? folder : tree.parent(folder)
+            var entries = [DirectoryEntry(name: ".", attributes: attributes(of: folder, in: tree)),
+                           DirectoryEntry(name: "..", attributes: attributes(of: parent, in: tree))]
+            for child in tree.children(of: folder) {
+                entries.append(DirectoryEntry(name: tree.name(child), attributes: attributes(of: child, in: tree)))
             }
             return state.addDirectoryHandle(entries)
         }
     }
 
     /// Entries of an open directory from `offset` (an index into the snapshot) on.
-    /// With `countAsLookups`, each returned entry other than `.` and `..` counts as a lookup, as
-    /// readdirplus requires.
-    public func readDirectory(_ handle: FileHandleID, from offset: Int, countAsLookups: Bool = false)
-        throws(FSError) -> ArraySlice<DirectoryEntry>
-    {
+    public func readDirectory(_ handle: FileHandleID, from offset: Int) throws(FSError) -> ArraySlice<DirectoryEntry> {
         try state.withLock { state throws(FSError) -> ArraySlice<DirectoryEntry> in
             guard let entries = state.directoryHandles[handle] else { throw .badHandle }
             guard offset >= 0, offset < entries.count else { return [] }
             return entries[offset...]
         }
-    }
-
-    /// Records lookups the kernel took through readdirplus.
-    public func countLookup(_ inode: InodeNumber) {
-        state.withLock { state in state.nodes[inode]?.lookupCount += 1 }
     }
 
     public func releaseDirectory(_ handle: FileHandleID) {
@@ -124,17 +125,17 @@ public final class DropboxFS: Sendable {
 
     // MARK: - Files
 
-    /// Opens a file for reading. Revalidates stale attributes first (close-to-open consistency), then
-    /// pins the handle to the current rev.
+    /// Opens a file for reading, revalidating stale attributes first (close-to-open consistency),
+    /// and pins the handle to the current rev.
     public func open(_ inode: InodeNumber) throws(FSError) -> OpenedFile {
         _ = try attributes(of: inode)
+        guard let slot = Slot(inode) else { throw .notFound }
         return try state.withLock { state throws(FSError) -> OpenedFile in
-            guard var node = state.nodes[inode] else { throw .notFound }
-            guard node.kind == .file, let file = node.file else { throw .isADirectory }
-            let unchanged = node.lastOpenedRev == file.rev
-            node.lastOpenedRev = file.rev
-            state.nodes[inode] = node
-            let handle = state.addFileHandle(OpenFile(inode: inode, rev: file.rev, size: file.size))
+            guard state.tree.isAlive(slot) else { throw .notFound }
+            guard let file = state.tree.details(slot) else { throw .isADirectory }
+            let unchanged = state.lastOpenedRev[slot] == file.rev
+            state.lastOpenedRev[slot] = file.rev
+            let handle = state.addFileHandle(OpenFile(slot: slot, rev: file.rev, size: file.size))
             return OpenedFile(handle: handle, contentUnchanged: unchanged)
         }
     }
@@ -151,7 +152,7 @@ public final class DropboxFS: Sendable {
             return try api.download(path: "rev:\(file.rev)", range: offset..<end)
         } catch {
             // The rev is gone only if the file changed after open; that is a failed read, not ENOENT.
-            logger.warning("read failed", metadata: ["inode": "\(file.inode)", "error": "\(error)"])
+            logger.warning("read failed", metadata: ["inode": "\(file.slot.inode)", "error": "\(error)"])
             throw error.isRoute("path") ? .upstream(error) : FSError(error)
         }
     }
@@ -165,7 +166,7 @@ public final class DropboxFS: Sendable {
     /// Space used and allocated, from `users/get_space_usage`, trusted for the metadata TTL.
     public func statistics() throws(FSError) -> FilesystemStatistics {
         let cached = state.withLock { state -> FilesystemStatistics? in
-            guard let (stats, at) = state.statistics, isFresh(at) else { return nil }
+            guard let (stats, at) = state.statistics, now() - at < ttlSeconds else { return nil }
             return stats
         }
         if let cached { return cached }
@@ -173,7 +174,7 @@ public final class DropboxFS: Sendable {
         do { usage = try api.spaceUsage() } catch { throw FSError(error) }
         return state.withLock { state in
             let stats = FilesystemStatistics(usedBytes: usage.used, allocatedBytes: usage.allocated,
-                                             nodeCount: UInt64(state.nodes.count))
+                                             nodeCount: UInt64(state.tree.liveCount))
             state.statistics = (stats, now())
             return stats
         }
@@ -182,40 +183,67 @@ public final class DropboxFS: Sendable {
     /// Extended attributes shown on files: Dropbox's id, rev and content hash.
     public func extendedAttributes(of inode: InodeNumber) throws(FSError) -> [(name: String, value: String)] {
         _ = try attributes(of: inode)
+        guard let slot = Slot(inode) else { throw .notFound }
         return state.withLock { state in
-            guard let file = state.nodes[inode]?.file else { return [] }
+            guard let file = state.tree.details(slot) else { return [] }
             var attributes = [("user.dropbox.id", file.id), ("user.dropbox.rev", file.rev)]
             if let hash = file.contentHash { attributes.append(("user.dropbox.content_hash", hash)) }
             return attributes.map { (name: $0.0, value: $0.1) }
         }
     }
 
-    // MARK: - Listing
-
-    private func isFresh(_ at: Double) -> Bool {
-        let ttl = options.metadataTTL.components
-        return now() - at < Double(ttl.seconds) + Double(ttl.attoseconds) / 1e18
+    /// Entries the tree holds, and roughly the bytes it uses for them (memory figures for issue 5).
+    public var cacheFootprint: (entries: Int, bytes: Int) {
+        state.withLock { ($0.tree.liveCount, $0.tree.approximateBytes) }
     }
 
-    private func ensureFreshListing(of folder: InodeNumber) throws(FSError) {
-        let path = try state.withLock { state throws(FSError) -> String? in
-            guard let node = state.nodes[folder] else { throw .notFound }
-            guard node.kind == .directory else { throw .notADirectory }
-            if let listing = node.listing, isFresh(listing.fetchedAt) { return nil }
-            return node.path
+    // MARK: - Freshness
+
+    var ttlSeconds: Double {
+        let ttl = options.metadataTTL.components
+        return Double(ttl.seconds) + Double(ttl.attoseconds) / 1e18
+    }
+
+    private enum Freshness { case fresh, waitForCatchUp, list(path: String, firstTime: Bool) }
+
+    private func freshness(of folder: Slot, in state: State) throws(FSError) -> Freshness {
+        let tree = state.tree
+        guard tree.isAlive(folder) else { throw .notFound }
+        guard tree.isDirectory(folder) else { throw .notADirectory }
+        if tree.isComplete(folder) {
+            if state.feed.live { return .fresh }
+            if now() - max(tree.listedAt(folder), state.feed.lastContact) < ttlSeconds { return .fresh }
+            if state.feed.catchingUp { return .waitForCatchUp }
         }
-        guard let path else { return }
+        let path = options.rootPath + tree.components(folder).map { "/" + $0 }.joined()
+        return .list(path: path, firstTime: !tree.isComplete(folder))
+    }
+
+    func ensureFreshListing(of folder: Slot) throws(FSError) {
+        var decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
+        if case .waitForCatchUp = decision {
+            // A tree loaded from the persistent cache is being brought up to date; its `continue`
+            // chain is cheaper than listing this folder, so wait for it (but not forever).
+            let deadline = Date().addingTimeInterval(10)
+            feedChanged.lock()
+            while state.withLock({ $0.feed.catchingUp }) && Date() < deadline { _ = feedChanged.wait(until: deadline) }
+            feedChanged.unlock()
+            decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
+        }
+        guard case .list(let path, let firstTime) = decision else { return }
         try folderListings.run(folder) { () throws(FSError) -> Void in
-            // A caller that waited on the lock may find the listing already refreshed.
-            let stillStale = state.withLock { state in
-                state.nodes[folder]?.listing.map { !isFresh($0.fetchedAt) } ?? true
-            }
-            guard stillStale else { return }
-            let fetchedAt = now()
+            // A caller that queued behind another's listing may find the folder already fresh.
+            let again = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
+            guard case .list = again else { return }
+            let listedAt = now()
             let entries = try listWholeFolder(path)
-            state.withLock { state in
-                state.applyListing(entries, to: folder, fetchedAt: fetchedAt, options: options, logger: logger)
+            let invalidations = state.withLock { state -> [KernelInvalidation] in
+                guard state.tree.isAlive(folder) else { return [] }
+                var update = TreeUpdate(rootPath: options.rootPath, logger: logger)
+                update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: !firstTime)
+                return update.invalidations
             }
+            invalidate(invalidations)
         }
     }
 
@@ -234,21 +262,21 @@ public final class DropboxFS: Sendable {
         }
     }
 
-    private func attributes(of node: Node, inode: InodeNumber) -> NodeAttributes {
-        switch node.kind {
-        case .file:
-            let file = node.file!
-            return NodeAttributes(inode: inode, kind: .file, permissions: options.permissions(for: .file),
-                                  size: file.size, linkCount: 1, modified: file.modified,
-                                  uid: options.uid, gid: options.gid)
-        case .directory:
+    func invalidate(_ invalidations: [KernelInvalidation]) {
+        guard !invalidations.isEmpty, let sink = invalidationSink.withLock({ $0 }) else { return }
+        sink(invalidations)
+    }
+
+    private func attributes(of slot: Slot, in tree: Tree) -> NodeAttributes {
+        if tree.isDirectory(slot) {
             // 2 + subfolders once listed; 1 ("unknown", as find and fts understand it) before that,
             // because counting subfolders would cost a listing per folder shown.
-            let links = node.listing.map { 2 + UInt32(clamping: $0.subfolderCount) } ?? 1
-            return NodeAttributes(inode: inode, kind: .directory,
-                                  permissions: options.permissions(for: .directory), size: 4096,
-                                  linkCount: links, modified: folderModified,
-                                  uid: options.uid, gid: options.gid)
+            let links = tree.isComplete(slot) ? 2 + tree.subfolderCount(slot) : 1
+            return NodeAttributes(inode: slot.inode, kind: .directory, permissions: options.permissions(for: .directory),
+                                  size: 4096, linkCount: links, modified: folderModified, uid: options.uid, gid: options.gid)
         }
+        return NodeAttributes(inode: slot.inode, kind: .file, permissions: options.permissions(for: .file),
+                              size: tree.size(slot), linkCount: 1, modified: tree.modified(slot),
+                              uid: options.uid, gid: options.gid)
     }
 }

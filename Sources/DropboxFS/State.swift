@@ -1,70 +1,40 @@
 import DropboxClient
 import Logging
 
-/// Case-folded Dropbox paths, the key that keeps inode numbers stable across listings.
-enum NodeKey {
-    static func fold(_ name: String) -> String { name.lowercased() }
-}
-
-struct FileState: Equatable {
-    var id: String
-    var rev: String
-    var size: UInt64
-    var modified: Int64
-    var contentHash: String?
-}
-
-struct Listing {
-    var children: [InodeNumber]
-    var byName: [String: InodeNumber]
-    var byFoldedName: [String: InodeNumber]
-    var subfolderCount: Int
-    var fetchedAt: Double
-}
-
-struct Node {
-    var parent: InodeNumber
-    var name: String
-    /// The Dropbox path this node was last seen at ("" for the account root).
-    var path: String
-    var kind: NodeKind
-    var file: FileState?
-    var listing: Listing?
-    /// When the listing that last described this node was fetched.
-    var describedAt: Double
-    var lookupCount: UInt64 = 0
-    var lastOpenedRev: String?
-}
-
 struct OpenFile {
-    var inode: InodeNumber
+    var slot: Slot
     var rev: String
     var size: UInt64
+}
+
+/// Where the change feed stands. While it is live, a complete folder is trusted without a TTL:
+/// every change reaches the tree through `list_folder/continue`.
+struct FeedStatus {
+    var live = false
+    /// Last time the feed heard from Dropbox (monotonic seconds).
+    var lastContact = -Double.infinity
+    /// A tree loaded from the persistent cache is being brought up to date with `continue`.
+    var catchingUp = false
+    var cursor: String?
+}
+
+/// A change the kernel must forget, because it may have cached the old state.
+public enum KernelInvalidation: Sendable, Equatable {
+    /// A name in a folder: a positive or negative dentry.
+    case entry(parent: InodeNumber, name: String)
+    /// An inode's attributes and cached data (pages of a file, the listing of a folder).
+    case inode(InodeNumber)
 }
 
 /// All mutable state of one mount, guarded by `DropboxFS.state`.
 struct State {
-    var nodes: [InodeNumber: Node]
-    var inodeByKey: [String: InodeNumber]
-    var nextInode: UInt64 = 2
+    var tree = Tree()
     var fileHandles: [FileHandleID: OpenFile] = [:]
     var directoryHandles: [FileHandleID: [DirectoryEntry]] = [:]
     var nextHandle: UInt64 = 1
+    var lastOpenedRev: [Slot: String] = [:]
     var statistics: (FilesystemStatistics, Double)?
-
-    init(rootPath: String) {
-        let root = Node(parent: .root, name: "", path: rootPath, kind: .directory, file: nil, listing: nil,
-                        describedAt: .infinity)
-        nodes = [.root: root]
-        inodeByKey = [NodeKey.fold(rootPath): .root]
-    }
-
-    /// True while `inode` is the root or still appears in its parent's current listing.
-    func isListed(_ inode: InodeNumber) -> Bool {
-        guard inode != .root else { return true }
-        guard let node = nodes[inode], let listing = nodes[node.parent]?.listing else { return false }
-        return listing.byFoldedName[NodeKey.fold(node.name)] == inode
-    }
+    var feed = FeedStatus()
 
     mutating func addFileHandle(_ file: OpenFile) -> FileHandleID {
         let handle = FileHandleID(nextHandle)
@@ -79,64 +49,140 @@ struct State {
         directoryHandles[handle] = entries
         return handle
     }
+}
 
-    /// Replaces the listing of `folder` with `entries` (one whole `list_folder` chain).
-    mutating func applyListing(_ entries: [Metadata], to folder: InodeNumber, fetchedAt: Double,
-                               options: FilesystemOptions, logger: Logger) {
-        guard let folderNode = nodes[folder] else { return }
-        var listing = Listing(children: [], byName: [:], byFoldedName: [:], subfolderCount: 0, fetchedAt: fetchedAt)
-        listing.children.reserveCapacity(entries.count)
+/// How one batch of Dropbox metadata lands in the tree.
+struct TreeUpdate {
+    let rootPath: String
+    let logger: Logger
+    /// Kernel invalidations the batch requires, in order.
+    var invalidations: [KernelInvalidation] = []
+    /// Slots written by the batch (a fill collects them to find what vanished).
+    var touched: Set<Slot>?
+
+    init(rootPath: String, logger: Logger, collectTouched: Bool = false) {
+        self.rootPath = rootPath
+        self.logger = logger
+        touched = collectTouched ? [] : nil
+    }
+
+    /// Replaces the children of `folder` with one whole non-recursive listing, and marks it complete.
+    /// `notify` is false for a folder's first listing: the kernel cannot have cached anything in it.
+    mutating func replaceChildren(of folder: Slot, with entries: [Metadata], in tree: inout Tree, listedAt: Double,
+                                  notify: Bool) {
+        var seen = Set<Slot>()
         for entry in entries {
-            let kind: NodeKind
-            var file: FileState?
-            switch entry {
-            case .file(let f):
-                // Non-downloadable files (Paper and other cloud docs) cannot be read with files/download.
-                guard f.isDownloadable else { continue }
-                kind = .file
-                file = FileState(id: f.id, rev: f.rev, size: f.size, modified: f.clientModified,
-                                 contentHash: f.contentHash)
-            case .folder:
-                kind = .directory
-            case .deleted:
+            guard let (name, details) = acceptable(entry, in: "listing") else { continue }
+            if let earlier = tree.child(of: folder, folded: FoldedName(name)), seen.contains(earlier) {
+                logger.warning("skipping a second entry whose name differs only in case", metadata: ["name": "\(name)"])
                 continue
             }
-            let name = entry.name
-            guard EntryName.isValid(name) else {
-                logger.warning("skipping an entry whose name cannot be a file name",
-                               metadata: ["folder": "\(folderNode.path)", "name": "\(name.debugDescription)"])
-                continue
-            }
-            let folded = NodeKey.fold(name)
-            guard listing.byFoldedName[folded] == nil else {
-                logger.warning("skipping a second entry whose name differs only in case",
-                               metadata: ["folder": "\(folderNode.path)", "name": "\(name)"])
-                continue
-            }
-            let path = folderNode.path + "/" + name
-            let key = NodeKey.fold(path)
-            let inode: InodeNumber
-            if let known = inodeByKey[key], let existing = nodes[known], existing.kind == kind {
-                inode = known
-            } else {
-                inode = InodeNumber(nextInode)
-                nextInode += 1
-                inodeByKey[key] = inode
-            }
-            var node = nodes[inode] ?? Node(parent: folder, name: name, path: path, kind: kind, file: nil,
-                                             listing: nil, describedAt: fetchedAt)
-            node.parent = folder
-            node.name = name
-            node.path = path
-            node.file = file
-            node.describedAt = fetchedAt
-            nodes[inode] = node
-            listing.children.append(inode)
-            listing.byName[name] = inode
-            listing.byFoldedName[folded] = inode
-            if kind == .directory { listing.subfolderCount += 1 }
+            let (slot, outcome) = tree.upsert(parent: folder, name: name, details: details)
+            seen.insert(slot)
+            if notify { record(outcome, slot: slot, name: name, parent: folder) }
         }
-        nodes[folder]?.listing = listing
+        for child in tree.children(of: folder) where !seen.contains(child) {
+            if notify { invalidations.append(.entry(parent: folder.inode, name: tree.name(child))) }
+            tree.remove(child)
+        }
+        if notify { invalidations.append(.inode(folder.inode)) }
+        tree.markComplete(folder, listedAt: listedAt)
+    }
+
+    /// Applies entries of a recursive listing or of the change feed, in order: missing parents are
+    /// created, a file replaces a subtree, a folder keeps its children, a deleted entry removes one.
+    mutating func apply(_ entries: [Metadata], to tree: inout Tree, notify: Bool) {
+        for entry in entries {
+            guard let components = relativeComponents(entry) else { continue }
+            guard !components.isEmpty else { continue }   // the mounted folder itself
+            var parent = Slot.root
+            var parentMissing = false
+            for component in components.dropLast() {
+                if let next = tree.child(of: parent, folded: FoldedName(component)), tree.isDirectory(next) {
+                    parent = next
+                    continue
+                }
+                if case .deleted = entry { parentMissing = true; break }   // nothing under an unknown path to delete
+                guard EntryName.isValid(component) else { parentMissing = true; break }
+                let (slot, outcome) = tree.upsert(parent: parent, name: component, details: nil)
+                if notify { record(outcome, slot: slot, name: component, parent: parent) }
+                touched?.insert(slot)
+                parent = slot
+            }
+            if parentMissing { continue }
+            let leaf = components.last!
+            if case .deleted = entry {
+                if let gone = tree.child(of: parent, folded: FoldedName(leaf)) {
+                    if notify {
+                        invalidations.append(.entry(parent: parent.inode, name: tree.name(gone)))
+                        invalidations.append(.inode(parent.inode))
+                    }
+                    tree.remove(gone)
+                }
+                continue
+            }
+            guard let (name, details) = acceptable(entry, in: "change") else { continue }
+            let (slot, outcome) = tree.upsert(parent: parent, name: name, details: details)
+            if notify { record(outcome, slot: slot, name: name, parent: parent) }
+            touched?.insert(slot)
+        }
+    }
+
+    private mutating func record(_ outcome: Tree.Upsert, slot: Slot, name: String, parent: Slot) {
+        switch outcome {
+        case .unchanged:
+            break
+        case .added:
+            invalidations.append(.entry(parent: parent.inode, name: name))
+            invalidations.append(.inode(parent.inode))
+        case .updated(let contentChanged, let renamedFrom):
+            if let old = renamedFrom {
+                invalidations.append(.entry(parent: parent.inode, name: old))
+                invalidations.append(.inode(parent.inode))
+            }
+            _ = contentChanged
+            invalidations.append(.inode(slot.inode))
+        }
+    }
+
+    /// The entry's name and file details, or nil (with a log line) for what cannot be shown.
+    private func acceptable(_ entry: Metadata, in context: String) -> (String, FileDetails?)? {
+        let name = entry.name
+        guard EntryName.isValid(name) else {
+            logger.warning("skipping an entry whose name cannot be a file name",
+                           metadata: ["context": "\(context)", "name": "\(name.debugDescription)"])
+            return nil
+        }
+        switch entry {
+        case .folder:
+            return (name, nil)
+        case .file(let f):
+            // Non-downloadable files (Paper and other cloud docs) cannot be read with files/download.
+            guard f.isDownloadable else { return nil }
+            return (name, FileDetails(size: f.size, modified: f.clientModified, id: f.id, rev: f.rev,
+                                      contentHash: f.contentHash))
+        case .deleted:
+            return nil
+        }
+    }
+
+    /// The entry's path below the mounted folder, as display-case components; nil when it lies
+    /// outside the mounted folder or carries no path.
+    private func relativeComponents(_ entry: Metadata) -> [String]? {
+        guard let lower = entry.pathLower else { return nil }
+        let root = FoldedName(rootPath).bytes
+        let lowerBytes = FoldedName(lower).bytes
+        guard lowerBytes.starts(with: root) else { return nil }
+        let rest = lowerBytes.dropFirst(root.count)
+        guard rest.isEmpty || rest.first == UInt8(ascii: "/") else { return nil }
+        // Parent names come from path_display (which may have the wrong case in places), the leaf from `name`.
+        let display = entry.pathDisplay ?? lower
+        var components = display.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        let rootDepth = rootPath.split(separator: "/").count
+        guard components.count >= rootDepth else { return nil }
+        components.removeFirst(rootDepth)
+        if !components.isEmpty { components[components.count - 1] = entry.name }
+        return components
     }
 }
 

@@ -51,7 +51,7 @@ enum Callbacks {
         if let conn, conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
             conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
         }
-        context.onInit()
+        context.startBackgroundWork()
     }
 
     private static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
@@ -130,6 +130,11 @@ enum Callbacks {
         switch Result(catching: { () throws(FSError) in try context(req!).filesystem.openDirectory(InodeNumber(inode)) }) {
         case .success(let handle):
             fi!.pointee.fh = handle.rawValue
+            // While the change feed is live, a changed folder is invalidated explicitly, so the
+            // kernel may keep its listing across opens.
+            let cacheListing: Int32 = context(req!).filesystem.isFeedLive ? 1 : 0
+            dbx_fi_set_cache_readdir(fi!, cacheListing)
+            dbx_fi_set_keep_cache(fi!, cacheListing)
             reply.open(fi!)
         case .failure(let error):
             reply.failure(error)
@@ -151,6 +156,7 @@ enum Callbacks {
     private static func fillDirectory(_ req: fuse_req_t, size: Int, offset: off_t, handle: UInt64, plus: Bool) {
         let reply = Reply(req)
         let mount = context(req)
+        let timeouts = mount.timeouts
         let entries: ArraySlice<DirectoryEntry>
         switch Result(catching: { () throws(FSError) in
             try mount.filesystem.readDirectory(FileHandleID(handle), from: Int(offset))
@@ -174,8 +180,8 @@ enum Callbacks {
                 if !isDot {
                     param.ino = entry.attributes.inode.rawValue
                     param.generation = 1
-                    param.attr_timeout = mount.timeouts.attributes
-                    param.entry_timeout = mount.timeouts.entry
+                    param.attr_timeout = timeouts.attributes
+                    param.entry_timeout = timeouts.entry
                 }
                 needed = fuse_add_direntry_plus(req, slot, remaining, entry.name, &param, next)
             } else {
@@ -183,7 +189,6 @@ enum Callbacks {
                 needed = fuse_add_direntry(req, slot, remaining, entry.name, &attr, next)
             }
             if needed > remaining { break }
-            if plus && !isDot { mount.filesystem.countLookup(entry.attributes.inode) }
             used += needed
         }
         reply.bytes(UnsafeRawBufferPointer(rebasing: buffer[0..<used]))

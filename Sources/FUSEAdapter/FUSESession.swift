@@ -29,6 +29,7 @@ public final class FUSESession {
         }
         self.session = session
         self.context = retained
+        context.invalidator.withLock { $0 = KernelInvalidator(session: session) }
         guard fuse_set_signal_handlers(session) == 0 else {
             throw MountError(description: "cannot install signal handlers")
         }
@@ -53,6 +54,9 @@ public final class FUSESession {
     }
 
     deinit {
+        let mount = context.takeUnretainedValue()
+        mount.filesystem.stopChangeFeed()
+        mount.invalidator.withLock { $0 }?.stop()
         fuse_remove_signal_handlers(session)
         if mounted { fuse_session_unmount(session) }
         fuse_session_destroy(session)

@@ -1,21 +1,35 @@
 import DropboxFS
 import Logging
+import Synchronization
 
 /// Everything one mount's callbacks need, handed to libfuse as its userdata (never a global), so
 /// two mounts in one process share nothing by accident.
 public final class MountContext: Sendable {
     public let filesystem: DropboxFS
-    public let timeouts: KernelCacheTimeouts
     let logger: Logger
-    /// Runs once from FUSE's `init` callback, after any daemonizing fork: the place to start
-    /// background work such as a change feed.
-    let onInit: @Sendable () -> Void
+    /// Follow Dropbox's change feed (and keep the tree in step) from FUSE's `init` on.
+    let followChanges: Bool
+    /// Set by FUSESession once the session exists; started from `init`, after any daemonizing fork.
+    let invalidator = Mutex<KernelInvalidator?>(nil)
 
-    public init(filesystem: DropboxFS, timeouts: KernelCacheTimeouts, logger: Logger,
-                onInit: @escaping @Sendable () -> Void = {}) {
+    public init(filesystem: DropboxFS, logger: Logger, followChanges: Bool = true) {
         self.filesystem = filesystem
-        self.timeouts = timeouts
         self.logger = logger
-        self.onInit = onInit
+        self.followChanges = followChanges
+    }
+
+    /// How long the kernel may trust entries and attributes it is given now.
+    var timeouts: KernelCacheTimeouts {
+        let seconds = filesystem.kernelCacheSeconds
+        return KernelCacheTimeouts(entry: seconds, attributes: seconds, negativeEntry: seconds)
+    }
+
+    /// FUSE's `init`: the first moment threads may start (libfuse has forked by now, if it will).
+    func startBackgroundWork() {
+        if let invalidator = invalidator.withLock({ $0 }) {
+            invalidator.start()
+            filesystem.onInvalidation { invalidator.enqueue($0) }
+        }
+        if followChanges { filesystem.startChangeFeed() }
     }
 }

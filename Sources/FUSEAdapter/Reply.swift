@@ -97,14 +97,10 @@ struct Reply: ~Copyable {
 }
 
 /// How long the kernel may trust what we tell it, in seconds.
-public struct KernelCacheTimeouts: Sendable {
-    public var entry: Double
-    public var attributes: Double
-    public var negativeEntry: Double
-
-    public init(entry: Double, attributes: Double, negativeEntry: Double) {
-        self.entry = entry; self.attributes = attributes; self.negativeEntry = negativeEntry
-    }
+struct KernelCacheTimeouts {
+    var entry: Double
+    var attributes: Double
+    var negativeEntry: Double
 }
 
 /// `struct stat` for a node.

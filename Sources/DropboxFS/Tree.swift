@@ -1,0 +1,401 @@
+// A compact in-memory tree of the mounted folder, built to hold a million entries in a few hundred
+// bytes each (issue 5's memory target is 300 bytes per entry).
+//
+// - Every node is one fixed-size `Record` in one array; its index (a "slot") is its identity, and the
+//   inode number the kernel sees is slot + 1, so the root (slot 0) is inode 1. Slots are never
+//   reused while mounted: the kernel may still hold an old inode number, and reuse would alias it.
+// - Names, Dropbox ids, revs and content hashes live in one byte arena; a record holds offsets.
+//   Space freed by deletions is reclaimed by compacting the arena when it is mostly garbage.
+// - Children form a doubly linked sibling list (O(1) insert and remove, in-order readdir).
+// - One open-addressing hash index maps (parent, case-folded name) to a slot. Dropbox names are
+//   unique per folder case-insensitively, so the folded name is the key in both matching modes;
+//   exact matching compares the stored name after the index finds the candidate.
+
+struct Slot: Hashable, Comparable {
+    var index: UInt32
+    static let root = Slot(index: 0)
+    static let none = Slot(index: UInt32.max)
+    var inode: InodeNumber { InodeNumber(UInt64(index) + 1) }
+    init(index: UInt32) { self.index = index }
+    init?(_ inode: InodeNumber) {
+        guard inode.rawValue >= 1, inode.rawValue <= UInt64(UInt32.max - 1) else { return nil }
+        index = UInt32(inode.rawValue - 1)
+    }
+    static func < (a: Slot, b: Slot) -> Bool { a.index < b.index }
+}
+
+/// What Dropbox says about a file, as the tree stores it.
+struct FileDetails: Equatable {
+    var size: UInt64
+    var modified: Int64
+    var id: String
+    var rev: String
+    var contentHash: String?
+}
+
+struct Tree {
+    private struct Record {
+        var parent: UInt32
+        var firstChild: UInt32 = Slot.none.index
+        var nextSibling: UInt32 = Slot.none.index
+        var previousSibling: UInt32 = Slot.none.index
+        var nameOffset: UInt32
+        var nameLength: UInt16
+        var flags: UInt16
+        /// Arena offset of the file's id, rev and hash; `noDetails` for folders and new records.
+        var detailsOffset: UInt32 = Tree.noDetails
+        var foldedHash: UInt32
+        var subfolderCount: UInt32 = 0
+        var size: UInt64 = 0
+        var modified: Int64 = 0
+        /// For folders: when the listing that made them complete was taken (monotonic seconds).
+        var listedAt: Double = -.infinity
+    }
+
+    private enum Flag {
+        static let directory: UInt16 = 1
+        static let alive: UInt16 = 2
+        /// A folder whose children are all known (listed whole, or filled by a finished recursive listing).
+        static let complete: UInt16 = 4
+    }
+
+    private var records: [Record] = []
+    private var arena: [UInt8] = []
+    private var arenaGarbage = 0
+    /// Slot + 1 of each indexed node; 0 is empty, `tombstone` a deleted place.
+    private var index: [UInt32] = Array(repeating: 0, count: 1024)
+    private var indexUsed = 0
+    private static let tombstone = UInt32.max
+    fileprivate static let noDetails = UInt32.max
+    private(set) var liveCount = 0
+
+    init() {
+        records.append(Record(parent: 0, nameOffset: 0, nameLength: 0, flags: Flag.directory | Flag.alive, foldedHash: 0))
+        liveCount = 1
+    }
+
+    // MARK: Reading
+
+    func isAlive(_ slot: Slot) -> Bool {
+        slot.index < records.count && records[Int(slot.index)].flags & Flag.alive != 0
+    }
+
+    func isDirectory(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.directory != 0 }
+    func isComplete(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.complete != 0 }
+    func listedAt(_ slot: Slot) -> Double { records[Int(slot.index)].listedAt }
+    func parent(_ slot: Slot) -> Slot { Slot(index: records[Int(slot.index)].parent) }
+    func subfolderCount(_ slot: Slot) -> UInt32 { records[Int(slot.index)].subfolderCount }
+    func size(_ slot: Slot) -> UInt64 { records[Int(slot.index)].size }
+    func modified(_ slot: Slot) -> Int64 { records[Int(slot.index)].modified }
+
+    func name(_ slot: Slot) -> String {
+        let r = records[Int(slot.index)]
+        return arena.withUnsafeBufferPointer { buffer in
+            String(decoding: UnsafeBufferPointer(rebasing: buffer[Int(r.nameOffset)..<Int(r.nameOffset) + Int(r.nameLength)]),
+                   as: UTF8.self)
+        }
+    }
+
+    func details(_ slot: Slot) -> FileDetails? {
+        let r = records[Int(slot.index)]
+        guard r.flags & Flag.directory == 0, r.detailsOffset != Tree.noDetails else { return nil }
+        var offset = Int(r.detailsOffset)
+        let id = readString(&offset)
+        let rev = readString(&offset)
+        let hash = readString(&offset)
+        return FileDetails(size: r.size, modified: r.modified, id: id, rev: rev, contentHash: hash.isEmpty ? nil : hash)
+    }
+
+    /// The child of `parent` whose name folds to the same key as `name`.
+    func child(of parent: Slot, folded name: FoldedName) -> Slot? {
+        guard !index.isEmpty else { return nil }
+        let mask = index.count - 1
+        var position = Int(Self.mix(parent.index, name.hash)) & mask
+        while true {
+            let entry = index[position]
+            if entry == 0 { return nil }
+            if entry != Self.tombstone {
+                let slot = Slot(index: entry - 1)
+                let r = records[Int(slot.index)]
+                if r.parent == parent.index && r.foldedHash == name.hash && FoldedName(self.name(slot)) == name {
+                    return slot
+                }
+            }
+            position = (position + 1) & mask
+        }
+    }
+
+    /// Children in the order they were added (the sibling list is built by prepending).
+    func children(of folder: Slot) -> [Slot] {
+        var result: [Slot] = []
+        var next = records[Int(folder.index)].firstChild
+        while next != Slot.none.index {
+            result.append(Slot(index: next))
+            next = records[Int(next)].nextSibling
+        }
+        result.reverse()
+        return result
+    }
+
+    /// Names from the root down to `slot` (empty for the root).
+    func components(_ slot: Slot) -> [String] {
+        var names: [String] = []
+        var current = slot
+        while current != .root {
+            names.append(name(current))
+            current = parent(current)
+        }
+        return names.reversed()
+    }
+
+    /// Every live node below the root, parents before children.
+    func walk(_ visit: (Slot) -> Void) {
+        var stack = children(of: .root)
+        while let slot = stack.popLast() {
+            visit(slot)
+            if isDirectory(slot) { stack.append(contentsOf: children(of: slot)) }
+        }
+    }
+
+    // MARK: Changing
+
+    enum Upsert: Equatable {
+        case added
+        /// Same kind, same slot; `contentChanged` when a file's rev changed, `renamedFrom` when only the case differs.
+        case updated(contentChanged: Bool, renamedFrom: String?)
+        case unchanged
+    }
+
+    /// Makes `name` under `parent` a folder (`details == nil`) or a file. A node of the other kind
+    /// at that name is removed with its subtree first and the new one gets a new slot.
+    @discardableResult
+    mutating func upsert(parent: Slot, name: String, details: FileDetails?) -> (Slot, Upsert) {
+        let folded = FoldedName(name)
+        let isFolder = details == nil
+        if let existing = child(of: parent, folded: folded) {
+            if isDirectory(existing) == isFolder {
+                var outcome = Upsert.unchanged
+                let oldName = self.name(existing)
+                var renamedFrom: String?
+                if oldName != name {
+                    replaceName(existing, with: name)
+                    renamedFrom = oldName
+                    outcome = .updated(contentChanged: false, renamedFrom: oldName)
+                }
+                if let details, self.details(existing) != details {
+                    let contentChanged = self.details(existing)?.rev != details.rev
+                    setDetails(existing, details)
+                    outcome = .updated(contentChanged: contentChanged, renamedFrom: renamedFrom)
+                }
+                return (existing, outcome)
+            }
+            remove(existing)
+        }
+        let slot = Slot(index: UInt32(records.count))
+        let nameRef = append(Array(name.utf8))
+        var record = Record(parent: parent.index, nameOffset: nameRef.offset, nameLength: UInt16(clamping: nameRef.length),
+                            flags: Flag.alive | (isFolder ? Flag.directory : 0), foldedHash: folded.hash)
+        record.nextSibling = records[Int(parent.index)].firstChild
+        records.append(record)
+        if record.nextSibling != Slot.none.index { records[Int(record.nextSibling)].previousSibling = slot.index }
+        records[Int(parent.index)].firstChild = slot.index
+        if isFolder { records[Int(parent.index)].subfolderCount += 1 }
+        if let details { setDetails(slot, details) }
+        insertIntoIndex(slot)
+        liveCount += 1
+        return (slot, .added)
+    }
+
+    /// Removes `slot` and everything below it.
+    mutating func remove(_ slot: Slot) {
+        guard slot != .root, isAlive(slot) else { return }
+        for child in children(of: slot) { remove(child) }
+        let r = records[Int(slot.index)]
+        removeFromIndex(slot)
+        if r.previousSibling != Slot.none.index {
+            records[Int(r.previousSibling)].nextSibling = r.nextSibling
+        } else {
+            records[Int(r.parent)].firstChild = r.nextSibling
+        }
+        if r.nextSibling != Slot.none.index { records[Int(r.nextSibling)].previousSibling = r.previousSibling }
+        if r.flags & Flag.directory != 0 { records[Int(r.parent)].subfolderCount -= 1 }
+        arenaGarbage += Int(r.nameLength) + (r.flags & Flag.directory == 0 ? detailsLength(slot) : 0)
+        records[Int(slot.index)].flags = 0
+        records[Int(slot.index)].firstChild = Slot.none.index
+        liveCount -= 1
+        compactArenaIfWasteful()
+    }
+
+    mutating func markComplete(_ folder: Slot, listedAt: Double) {
+        records[Int(folder.index)].flags |= Flag.complete
+        records[Int(folder.index)].listedAt = listedAt
+    }
+
+    mutating func markIncomplete(_ folder: Slot) {
+        records[Int(folder.index)].flags &= ~Flag.complete
+    }
+
+    /// Sets the listing time of every complete folder (after a change feed catches up, say).
+    mutating func touchCompleteFolders(at time: Double) {
+        for i in records.indices where records[i].flags & (Flag.alive | Flag.directory | Flag.complete)
+            == Flag.alive | Flag.directory | Flag.complete {
+            records[i].listedAt = time
+        }
+    }
+
+    /// Marks every live folder complete, listed at `time` (a recursive listing has finished).
+    mutating func markAllFoldersComplete(at time: Double) {
+        for i in records.indices where records[i].flags & (Flag.alive | Flag.directory) == Flag.alive | Flag.directory {
+            records[i].flags |= Flag.complete
+            records[i].listedAt = time
+        }
+    }
+
+    // MARK: Storage
+
+    /// Approximate bytes held, for the memory figures issue 5 asks for.
+    var approximateBytes: Int {
+        records.capacity * MemoryLayout<Record>.stride + arena.capacity + index.capacity * 4
+    }
+
+    private mutating func append(_ bytes: [UInt8]) -> (offset: UInt32, length: Int) {
+        let offset = UInt32(arena.count)
+        arena.append(contentsOf: bytes)
+        return (offset, bytes.count)
+    }
+
+    private mutating func replaceName(_ slot: Slot, with name: String) {
+        removeFromIndex(slot)
+        arenaGarbage += Int(records[Int(slot.index)].nameLength)
+        let ref = append(Array(name.utf8))
+        records[Int(slot.index)].nameOffset = ref.offset
+        records[Int(slot.index)].nameLength = UInt16(clamping: ref.length)
+        records[Int(slot.index)].foldedHash = FoldedName(name).hash
+        insertIntoIndex(slot)
+    }
+
+    private mutating func setDetails(_ slot: Slot, _ details: FileDetails) {
+        arenaGarbage += detailsLength(slot)
+        var bytes: [UInt8] = []
+        for text in [details.id, details.rev, details.contentHash ?? ""] {
+            let utf8 = Array(text.utf8.prefix(255))
+            bytes.append(UInt8(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+        records[Int(slot.index)].detailsOffset = append(bytes).offset
+        records[Int(slot.index)].size = details.size
+        records[Int(slot.index)].modified = details.modified
+    }
+
+    private func detailsLength(_ slot: Slot) -> Int {
+        guard records[Int(slot.index)].detailsOffset != Tree.noDetails else { return 0 }
+        var offset = Int(records[Int(slot.index)].detailsOffset)
+        let start = offset
+        for _ in 0..<3 { offset += 1 + Int(arena[offset]) }
+        return offset - start
+    }
+
+    private func readString(_ offset: inout Int) -> String {
+        let length = Int(arena[offset])
+        let start = offset + 1
+        offset = start + length
+        return String(decoding: arena[start..<start + length], as: UTF8.self)
+    }
+
+    private mutating func compactArenaIfWasteful() {
+        guard arenaGarbage > 1 << 20, arenaGarbage > arena.count / 2 else { return }
+        var fresh: [UInt8] = []
+        fresh.reserveCapacity(arena.count - arenaGarbage)
+        for i in records.indices where records[i].flags & Flag.alive != 0 {
+            let r = records[i]
+            let nameStart = Int(r.nameOffset)
+            records[i].nameOffset = UInt32(fresh.count)
+            fresh.append(contentsOf: arena[nameStart..<nameStart + Int(r.nameLength)])
+            if r.detailsOffset != Tree.noDetails {
+                let length = detailsLength(Slot(index: UInt32(i)))
+                let start = Int(r.detailsOffset)
+                records[i].detailsOffset = UInt32(fresh.count)
+                fresh.append(contentsOf: arena[start..<start + length])
+            }
+        }
+        arena = fresh
+        arenaGarbage = 0
+    }
+
+    // MARK: Hash index
+
+    private static func mix(_ parent: UInt32, _ hash: UInt32) -> UInt32 {
+        var x = UInt64(parent) << 32 | UInt64(hash)
+        x ^= x >> 33
+        x &*= 0xff51afd7ed558ccd
+        x ^= x >> 33
+        return UInt32(truncatingIfNeeded: x)
+    }
+
+    private mutating func insertIntoIndex(_ slot: Slot) {
+        if (indexUsed + 1) * 10 > index.count * 7 { rehash(capacity: max(1024, liveCount * 2).nextPowerOfTwo) }
+        let r = records[Int(slot.index)]
+        let mask = index.count - 1
+        var position = Int(Self.mix(r.parent, r.foldedHash)) & mask
+        while index[position] != 0 && index[position] != Self.tombstone { position = (position + 1) & mask }
+        if index[position] == 0 { indexUsed += 1 }
+        index[position] = slot.index + 1
+    }
+
+    private mutating func removeFromIndex(_ slot: Slot) {
+        let r = records[Int(slot.index)]
+        let mask = index.count - 1
+        var position = Int(Self.mix(r.parent, r.foldedHash)) & mask
+        while index[position] != 0 {
+            if index[position] == slot.index + 1 {
+                index[position] = Self.tombstone
+                return
+            }
+            position = (position + 1) & mask
+        }
+    }
+
+    private mutating func rehash(capacity: Int) {
+        index = Array(repeating: 0, count: capacity)
+        indexUsed = 0
+        let mask = capacity - 1
+        for i in records.indices.dropFirst() where records[i].flags & Flag.alive != 0 {
+            var position = Int(Self.mix(records[i].parent, records[i].foldedHash)) & mask
+            while index[position] != 0 { position = (position + 1) & mask }
+            index[position] = UInt32(i) + 1
+            indexUsed += 1
+        }
+    }
+}
+
+/// A name folded the way lookups compare it: lowercased, as Dropbox compares paths.
+struct FoldedName: Equatable {
+    let bytes: [UInt8]
+    let hash: UInt32
+
+    init(_ name: String) {
+        var folded: [UInt8] = []
+        folded.reserveCapacity(name.utf8.count)
+        var ascii = true
+        for byte in name.utf8 {
+            if byte >= 0x80 { ascii = false; break }
+            folded.append(byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte)
+        }
+        if !ascii { folded = Array(name.lowercased().utf8) }
+        bytes = folded
+        // FNV-1a: cheap, and good enough behind the index's own mixing.
+        var h: UInt32 = 2_166_136_261
+        for byte in folded { h = (h ^ UInt32(byte)) &* 16_777_619 }
+        hash = h
+    }
+
+    static func == (a: FoldedName, b: FoldedName) -> Bool { a.hash == b.hash && a.bytes == b.bytes }
+}
+
+extension Int {
+    var nextPowerOfTwo: Int {
+        var n = 1
+        while n < self { n <<= 1 }
+        return n
+    }
+}

@@ -1,0 +1,74 @@
+import CShims
+import DropboxFS
+import Foundation
+
+/// Tells the kernel to forget dentries and inodes that changed in Dropbox. It runs on its own
+/// thread because libfuse forbids notifying from the execution path of a related request: a
+/// lookup that relists a folder would otherwise deadlock invalidating that folder's entries.
+/// The corresponding C functions are `fuse_lowlevel_notify_inval_entry` and `_inval_inode`.
+final class KernelInvalidator: @unchecked Sendable {
+    // `session` stays valid until `stop()` returns (FUSESession calls it before destroying the
+    // session); `pending`, `stopping` and `running` are only touched under `condition`.
+    private let session: OpaquePointer
+    private let condition = NSCondition()
+    private var pending: [KernelInvalidation] = []
+    private var stopping = false
+    private var running = false
+
+    init(session: OpaquePointer) { self.session = session }
+
+    func start() {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !running, !stopping else { return }
+        running = true
+        let thread = Thread { [self] in run() }
+        thread.name = "dbx-invalidate"
+        thread.start()
+    }
+
+    func enqueue(_ invalidations: [KernelInvalidation]) {
+        condition.lock()
+        if !stopping {
+            pending.append(contentsOf: invalidations)
+            condition.signal()
+        }
+        condition.unlock()
+    }
+
+    /// Stops the thread and waits for it, so no notification reaches a destroyed session.
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        while running { condition.wait() }
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            condition.lock()
+            while pending.isEmpty && !stopping { condition.wait() }
+            if stopping {
+                running = false
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            let batch = pending
+            pending.removeAll(keepingCapacity: true)
+            condition.unlock()
+            for invalidation in batch { send(invalidation) }
+        }
+    }
+
+    private func send(_ invalidation: KernelInvalidation) {
+        // ENOENT ("not cached") is the common, harmless answer; nothing else is actionable either.
+        switch invalidation {
+        case .entry(let parent, let name):
+            _ = name.withCString { fuse_lowlevel_notify_inval_entry(session, parent.rawValue, $0, name.utf8.count) }
+        case .inode(let inode):
+            _ = fuse_lowlevel_notify_inval_inode(session, inode.rawValue, 0, 0)
+        }
+    }
+}
