@@ -129,6 +129,11 @@ public final class CurlTransport: HTTPTransport {
         try check(dbx_curl_setopt_ptr(h, CURLOPT_ERRORBUFFER, easy.errorBuffer), "CURLOPT_ERRORBUFFER")
         try check(dbx_curl_setopt_str(h, CURLOPT_URL, request.url), "CURLOPT_URL")
         try check(dbx_curl_setopt_str(h, CURLOPT_PROTOCOLS_STR, "http,https"), "CURLOPT_PROTOCOLS_STR")
+        if Self.isLoopback(request.url) {
+            // An emulator on 127.0.0.1 is never reached through a proxy from the environment
+            // (`http_proxy` and friends): "" disables proxies for this transfer.
+            try check(dbx_curl_setopt_str(h, CURLOPT_PROXY, ""), "CURLOPT_PROXY")
+        }
         try check(dbx_curl_setopt_long(h, CURLOPT_NOSIGNAL, 1), "CURLOPT_NOSIGNAL")
         try check(dbx_curl_setopt_long(h, CURLOPT_FOLLOWLOCATION, 0), "CURLOPT_FOLLOWLOCATION")
         try check(dbx_curl_setopt_long(h, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")
@@ -192,6 +197,22 @@ public final class CurlTransport: HTTPTransport {
     private static func milliseconds(_ seconds: Double) -> Int {
         guard seconds.isFinite, seconds > 0 else { return 1 }
         return Int(min(seconds * 1000, Double(Int32.max)).rounded(.up))
+    }
+
+    /// True for `http(s)://127.x.x.x`, `localhost` and `[::1]` URLs.
+    static func isLoopback(_ url: String) -> Bool {
+        guard let schemeEnd = url.firstRange(of: "://") else { return false }
+        var authority = url[schemeEnd.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        let host: Substring
+        if authority.hasPrefix("[") {
+            host = authority.prefix { $0 != "]" }.dropFirst()
+        } else {
+            host = authority.prefix { $0 != ":" }
+        }
+        let lower = host.lowercased()
+        return lower == "localhost" || lower == "::1"
+            || (lower.hasPrefix("127.") && lower.allSatisfy { $0 == "." || $0.isASCII && $0.isNumber })
     }
 
     private static func isHeaderSafe(_ s: String) -> Bool {
@@ -269,7 +290,8 @@ final class TransferSink {
         let name = text[..<colon].lowercased()
         var value = text[text.index(after: colon)...]
         while let c = value.first, c == " " || c == "\t" { value = value.dropFirst() }
-        while let c = value.last, c == "\r" || c == "\n" || c == " " || c == "\t" { value = value.dropLast() }
+        // "\r\n" is one Character in Swift, so test for newlines by property, not by literal.
+        while let c = value.last, c.isNewline || c == " " || c == "\t" { value = value.dropLast() }
         headers[name] = String(value)
         return true
     }

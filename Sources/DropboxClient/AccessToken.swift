@@ -11,7 +11,8 @@ public protocol AccessTokenProvider: Sendable {
 }
 
 /// A fixed token, as from `DBX_ACCESS_TOKEN` or `--token-file`. Never refreshes.
-public struct StaticAccessToken: AccessTokenProvider, CustomStringConvertible {
+public struct StaticAccessToken: AccessTokenProvider, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable {
     private let token: String
 
     public init(_ token: String) { self.token = token }
@@ -23,4 +24,7 @@ public struct StaticAccessToken: AccessTokenProvider, CustomStringConvertible {
 
     /// Never the token itself, so logging a provider cannot leak it.
     public var description: String { "StaticAccessToken(<redacted>)" }
+    public var debugDescription: String { description }
+    /// No children, so `dump` and debuggers cannot show the token either.
+    public var customMirror: Mirror { Mirror(self, children: [:]) }
 }

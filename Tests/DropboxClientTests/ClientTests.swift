@@ -174,7 +174,12 @@ struct ErrorMappingTests {
             #expect(error != nil)
             #expect(!"\(String(describing: error))".contains(testToken))
         }
-        #expect(!"\(StaticAccessToken(testToken))".contains(testToken))
+        let provider = StaticAccessToken(testToken)
+        var dumped = ""
+        dump(provider, to: &dumped)
+        for text in ["\(provider)", String(reflecting: provider), dumped] {
+            #expect(!text.contains(testToken))
+        }
     }
 }
 
