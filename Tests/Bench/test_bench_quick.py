@@ -1,0 +1,117 @@
+"""The benchmark runner must never rot: `bench/run.py --quick` completes and writes well-formed output.
+
+No speed is asserted here, ever: only that every workload ran, its figures are positive numbers,
+results.md has its table and ratios.svg is valid XML. Like the mount tests, it needs /dev/fuse and
+fusermount3; outside CI it skips without them, under CI (`CI=true`) it fails.
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = REPO / "bench" / "run.py"
+
+def _load_runner():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_run", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_runner()    # bench/run.py, for its list of workloads
+
+
+def _missing():
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing"
+    if not shutil.which("fusermount3"):
+        return "fusermount3 is not installed (apt-get install fuse3)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    problem = _missing()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"the benchmark runner cannot run under CI: {problem}")
+        pytest.skip(problem)
+    out = tmp_path_factory.mktemp("bench-quick")
+    # The runner builds the release binaries itself; allow for a cold build on a slow machine.
+    result = subprocess.run([sys.executable, str(RUNNER), "--quick", "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=3600)
+    assert result.returncode == 0, f"bench/run.py --quick failed:\n{result.stderr[-4000:]}"
+    return out, result
+
+
+def positive(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def non_negative(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def test_results_json_has_every_workload_with_positive_figures(quick_run):
+    out, _ = quick_run
+    results = json.loads((out / "results.json").read_text())
+    for key in ("cpu_model", "kernel", "cpus"):
+        assert results["machine"].get(key), key
+    assert results["date"]
+    assert results["config"]["quick"] is True
+    names = [w["name"] for w in results["workloads"]]
+    assert names == bench.WORKLOAD_NAMES
+    for w in results["workloads"]:
+        assert "error" not in w, w
+        assert isinstance(w["output_matches_baseline"], bool), w["name"]
+        for run in ("baseline", "cold", "warm"):
+            s = w[run]
+            assert positive(s["median_seconds"]), (w["name"], run)
+            assert len(s["runs"]) == results["config"]["repeats"]
+            if w["metric"] == "throughput":
+                assert positive(s["median_mb_per_s"]), (w["name"], run)
+            if w["metric"] == "iops":
+                assert positive(s["median_iops"]), (w["name"], run)
+            assert non_negative(s["api_calls_total"]), (w["name"], run)
+            assert all(non_negative(n) for n in s["api_calls"].values())
+            assert non_negative(s["bytes_downloaded"]), (w["name"], run)
+        for run in ("cold", "warm"):
+            assert positive(w[run]["ratio"]), (w["name"], run)
+            assert positive(w[run]["peak_rss_bytes"]), (w["name"], run)
+
+
+def test_results_md_has_the_table(quick_run):
+    out, result = quick_run
+    text = (out / "results.md").read_text()
+    assert "Machine:" in text and "Date:" in text
+    assert "| workload | run | median | baseline | ratio | API calls | bytes downloaded | peak RSS |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")]
+    for name in bench.WORKLOAD_NAMES:
+        for run in ("cold", "warm"):
+            assert any(row.startswith(f"| {name} | {run} |") for row in rows), (name, run)
+    for row in rows:
+        assert row.count("|") == 9, row
+    assert "| workload |" in result.stdout     # the table is also printed
+
+
+def test_ratios_svg_parses_and_has_a_bar_per_run(quick_run):
+    out, _ = quick_run
+    root = ET.parse(out / "ratios.svg").getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    for name in bench.WORKLOAD_NAMES:
+        for run in ("cold", "warm"):
+            assert f"{name} ({run})" in texts
+    assert any("baseline" in t for t in texts)
+    rects = list(root.iter("{http://www.w3.org/2000/svg}rect"))
+    assert len(rects) >= 2 * len(bench.WORKLOAD_NAMES)
+    for rect in rects:
+        assert float(rect.get("width")) > 0 and float(rect.get("height")) > 0

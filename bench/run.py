@@ -1,0 +1,1030 @@
+#!/usr/bin/env python3
+"""dbx-mount benchmark runner: every speed figure beside a baseline measured in the same run.
+
+    python3 bench/run.py [--quick] [--latency-ms N] [--bandwidth BPS] [--repeats N]
+                         [--out DIR] [--only WORKLOAD ...]
+
+It builds the release binaries, generates deterministic fixtures (cached under bench/.fixtures),
+starts dbx-emulator over them with added latency, and runs every workload on a fresh mount
+(cold) and again on the same mount (warm). Baselines cannot flatter dbx-mount:
+  * metadata workloads run the same command on the local directory the emulator serves;
+  * read workloads compare with curl downloading the same bytes from the same emulator
+    (fio random reads compare with fio on the local file).
+Writes results.json, results.md and ratios.svg into the output directory (default
+bench-results/). Python 3 standard library only. Every mount it makes is unmounted and every
+process it starts is stopped, also on errors, timeouts, Ctrl-C and SIGTERM.
+"""
+import argparse
+import atexit
+import datetime
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "emulator-token"
+MiB = 1 << 20
+GiB = 1 << 30
+FIXTURE_VERSION = 1
+
+# Fixture sets. The deep tree is fanout[0] x fanout[1] x fanout[2] folders, with
+# deep_files files in each of the innermost (leaf) folders.
+SPECS = {
+    "full": {"wide_files": 10_000, "deep_fanout": [10, 10, 10], "deep_files": 100,
+             "large_size": 1 * GiB, "large_count": 4, "huge_size": 2 * GiB},
+    "quick": {"wide_files": 1_000, "deep_fanout": [5, 5, 4], "deep_files": 50,
+              "large_size": 64 * MiB, "large_count": 4, "huge_size": 128 * MiB},
+}
+
+METADATA, READ = "metadata", "read"
+
+
+class BenchError(Exception):
+    """A problem worth one clear line, not a traceback."""
+
+
+def log(message):
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Process bookkeeping: only what this runner started is ever signalled or unmounted.
+
+_children = []      # Popen objects started by this runner (emulator, dbx-mount, workload tools)
+_mounts = []        # mount points this runner mounted
+
+
+def _is_mounted(path):
+    target = os.path.realpath(path)
+    try:
+        with open("/proc/mounts") as mounts:
+            return any(line.split()[1] == target for line in mounts)
+    except OSError:
+        return False
+
+
+def _stop(process, timeout=10):
+    if process.poll() is not None:
+        return
+    try:
+        process.terminate()
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _kill_group(process):
+    """Kills a workload tool started in its own session (its pipeline children included)."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
+def cleanup():
+    """Unmounts our mounts, then stops our processes, newest first. Safe to call twice."""
+    for mountpoint in list(_mounts):
+        if _is_mounted(mountpoint):
+            subprocess.run(["fusermount3", "-u", str(mountpoint)], stderr=subprocess.DEVNULL, check=False, timeout=30)
+        if _is_mounted(mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], stderr=subprocess.DEVNULL, check=False, timeout=30)
+        _mounts.remove(mountpoint)
+    for process in reversed(list(_children)):
+        _stop(process)
+        _children.remove(process)
+
+
+def _on_signal(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def run_tool(argv, timeout, stdout=subprocess.DEVNULL, env=None):
+    """Runs one workload or baseline command in its own session; returns (seconds, stdout, stderr).
+
+    A timeout kills that command's process group and raises BenchError."""
+    start = time.monotonic()
+    process = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    _children.append(process)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        try:
+            process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        raise BenchError(f"{argv[0]} timed out after {timeout:.0f} s: {' '.join(map(str, argv))}")
+    finally:
+        if process in _children:
+            _children.remove(process)
+    elapsed = time.monotonic() - start
+    if process.returncode != 0:
+        message = (err or b"").decode(errors="replace").strip().splitlines()
+        raise BenchError(f"{' '.join(map(str, argv))} exited {process.returncode}: {message[-1] if message else ''}")
+    return elapsed, out, (err or b"").decode(errors="replace")
+
+
+def run_parallel(argvs, timeout):
+    """Starts every command at once; returns the wall time until the last one finished."""
+    start = time.monotonic()
+    processes = []
+    try:
+        for argv in argvs:
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            _children.append(p)
+            processes.append(p)
+        outputs = []
+        for p, argv in zip(processes, argvs):
+            remaining = max(1.0, timeout - (time.monotonic() - start))
+            try:
+                out, err = p.communicate(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"{argv[0]} timed out after {timeout:.0f} s: {' '.join(map(str, argv))}")
+            if p.returncode != 0:
+                raise BenchError(f"{' '.join(map(str, argv))} exited {p.returncode}: {err.decode(errors='replace').strip()[-200:]}")
+            outputs.append((out, err.decode(errors="replace")))
+        return time.monotonic() - start, outputs
+    finally:
+        for p in processes:
+            _kill_group(p)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            if p in _children:
+                _children.remove(p)
+
+
+# --------------------------------------------------------------------------------------------
+# Preconditions, build, fixtures
+
+def check_environment(need_fio):
+    if not os.path.exists("/dev/fuse"):
+        raise BenchError("/dev/fuse is missing: FUSE is needed to mount (modprobe fuse, or run the container with --device /dev/fuse)")
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        raise BenchError("/dev/fuse is not readable and writable by this user")
+    for tool, package in [("fusermount3", "fuse3"), ("curl", "curl"), ("dd", "coreutils"), ("find", "findutils")]:
+        if not shutil.which(tool):
+            raise BenchError(f"{tool} is not installed (apt-get install {package})")
+    if need_fio and not shutil.which("fio"):
+        if os.geteuid() == 0 and shutil.which("apt-get"):
+            log("installing fio (apt-get install fio)")
+            env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+            if subprocess.run(["apt-get", "install", "-y", "-qq", "fio"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode != 0:
+                subprocess.run(["apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.run(["apt-get", "install", "-y", "-qq", "fio"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        if not shutil.which("fio"):
+            raise BenchError("fio is not installed (apt-get install fio), or leave out the fio workloads with --only")
+
+
+def build(skip):
+    if not skip:
+        log("building release binaries (swift build -c release)")
+        try:
+            result = subprocess.run(["swift", "build", "-c", "release"], cwd=REPO, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, timeout=3600)
+        except FileNotFoundError:
+            raise BenchError("swift is not on PATH (or pass --bin-dir with prebuilt dbx-mount and dbx-emulator)")
+        if result.returncode != 0:
+            tail = result.stdout.decode(errors="replace").strip().splitlines()[-15:]
+            sys.stderr.write("\n".join(tail) + "\n")
+            raise BenchError("swift build -c release failed (output above)")
+    path = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path"], cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    return Path(path)
+
+
+def fixture_layout(spec):
+    """Paths (relative to the served root) and sizes the workloads use."""
+    large = [f"big/large-{i}.bin" for i in range(spec["large_count"])]
+    return {"wide": "wide", "deep": "deep", "large": large, "huge": "big/huge.bin"}
+
+
+def generate_fixtures(cache, spec):
+    """Builds the served tree once per spec; later runs with the same spec reuse it."""
+    key = dict(spec, version=FIXTURE_VERSION)
+    stamp = cache / "spec.json"
+    root = cache / "root"
+    if stamp.exists() and root.is_dir():
+        try:
+            if json.loads(stamp.read_text()) == key:
+                return root
+        except ValueError:
+            pass
+    log(f"generating fixtures in {cache} (once; reused while the spec is unchanged)")
+    started = time.monotonic()
+    if cache.exists():
+        shutil.rmtree(cache)
+    root.mkdir(parents=True)
+    mtime = 1_700_000_000
+    # A wide folder: wide_files small files side by side.
+    wide = root / "wide"
+    wide.mkdir()
+    for i in range(spec["wide_files"]):
+        path = wide / f"file-{i:05d}.txt"
+        path.write_bytes(b"wide %d\n" % i)
+        os.utime(path, (mtime + i, mtime + i))
+    # A deep tree: three levels of folders, files in the leaves.
+    a, b, c = spec["deep_fanout"]
+    count = 0
+    for i in range(a):
+        for j in range(b):
+            for k in range(c):
+                leaf = root / "deep" / f"a{i:02d}" / f"b{j:02d}" / f"c{k:02d}"
+                leaf.mkdir(parents=True)
+                for n in range(spec["deep_files"]):
+                    path = leaf / f"f{n:03d}.txt"
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.write(fd, b"deep %d\n" % count)
+                    os.close(fd)
+                    os.utime(path, (mtime + count, mtime + count))
+                    count += 1
+    # Large files: a seeded 1 MiB block, its first 16 bytes replaced by (file, block) counters so
+    # that every block of every file differs. Fast (no /dev/urandom) and deterministic.
+    big = root / "big"
+    big.mkdir()
+    block = random.Random(20240601).randbytes(MiB)
+    layout = fixture_layout(spec)
+    files = [(p, spec["large_size"]) for p in layout["large"]] + [(layout["huge"], spec["huge_size"])]
+    for file_no, (relative, size) in enumerate(files):
+        with open(root / relative, "wb", buffering=0) as out:
+            tail = memoryview(block)[16:]
+            for n in range(size // MiB):
+                out.write(file_no.to_bytes(8, "little") + n.to_bytes(8, "little"))
+                out.write(tail)
+        os.utime(root / relative, (mtime, mtime))
+    stamp.write_text(json.dumps(key, sort_keys=True))
+    log(f"fixtures ready in {time.monotonic() - started:.1f} s")
+    return root
+
+
+# --------------------------------------------------------------------------------------------
+# The emulator and the mount
+
+class Emulator:
+    def __init__(self, binary, root, latency_ms, bandwidth, logdir):
+        argv = [str(binary), "--root", str(root), "--port", "0", "--latency-ms", str(latency_ms)]
+        if bandwidth:
+            argv += ["--bandwidth", str(bandwidth)]
+        self.log_path = logdir / "emulator.log"
+        self.log_file = open(self.log_path, "wb")
+        self.process = subprocess.Popen(argv, stdout=self.log_file, stderr=self.log_file)
+        _children.append(self.process)
+        deadline = time.monotonic() + 120      # it indexes the served tree before it listens
+        line = ""
+        while "listening on " not in line:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                _stop(self.process)
+                text = self.log_path.read_text(errors="replace").strip().splitlines()
+                raise BenchError(f"dbx-emulator did not start: {text[-1] if text else 'no output'} (see {self.log_path})")
+            time.sleep(0.02)
+            line = next((l for l in self.log_path.read_text(errors="replace").splitlines() if "listening on " in l), "")
+        self.url = line.split("listening on ", 1)[1].strip()
+        self.latency_ms = latency_ms
+
+    def _call(self, method, path, body=None):
+        request = urllib.request.Request(self.url + path, data=body, method=method)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    def stats(self):
+        return self._call("GET", "/__stats")
+
+    def reset_stats(self):
+        self._call("POST", "/__stats/reset", b"")
+
+    def set_latency(self, ms):
+        if ms != self.latency_ms:
+            self._call("POST", "/__admin/knobs", json.dumps({"latency_ms": ms}).encode())
+            self.latency_ms = ms
+
+    def warm_up(self, root, layout):
+        """Nobody pays for first-touch costs: the served files go into the page cache, the tree
+        into the dentry cache, and the emulator computes its content hashes (a listing does)."""
+        buffer = bytearray(8 * MiB)
+        for relative in layout["large"] + [layout["huge"]]:
+            with open(root / relative, "rb", buffering=0) as f:
+                while f.readinto(buffer):
+                    pass
+        subprocess.run(["find", str(root)], stdout=subprocess.DEVNULL, check=False, timeout=600)
+        for folder in ("big", "wide"):
+            request = urllib.request.Request(self.url + "/2/files/list_folder", method="POST",
+                                             data=json.dumps({"path": "/" + folder, "recursive": False}).encode(),
+                                             headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=600) as response:
+                response.read()
+
+    def stop(self):
+        _stop(self.process)
+        if self.process in _children:
+            _children.remove(self.process)
+        self.log_file.close()
+
+
+class Mount:
+    """dbx-mount -f: the runner owns the process, so it can read its peak RSS and stop it."""
+
+    def __init__(self, binary, emulator, mountpoint, extra_args, log_path):
+        self.mountpoint = mountpoint
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url,
+                   DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url)
+        self.log_file = open(log_path, "ab")
+        self.process = subprocess.Popen([str(binary), "-f", *extra_args, str(mountpoint)], env=env,
+                                        stdout=self.log_file, stderr=self.log_file)
+        _children.append(self.process)
+        _mounts.append(mountpoint)
+        deadline = time.monotonic() + 60
+        while not _is_mounted(mountpoint):
+            if self.process.poll() is not None:
+                self.close()
+                raise BenchError(f"dbx-mount exited {self.process.returncode} before mounting (see {log_path})")
+            if time.monotonic() > deadline:
+                self.close()
+                raise BenchError(f"dbx-mount did not mount within 60 s (see {log_path})")
+            time.sleep(0.02)
+
+    def reset_peak_rss(self):
+        try:
+            with open(f"/proc/{self.process.pid}/clear_refs", "w") as f:
+                f.write("5")     # resets VmHWM to the current RSS (Linux >= 4.0)
+        except OSError:
+            pass
+
+    def peak_rss(self):
+        try:
+            with open(f"/proc/{self.process.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return None
+
+    def close(self):
+        if _is_mounted(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", str(self.mountpoint)], stderr=subprocess.DEVNULL, check=False, timeout=30)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            _stop(self.process)
+        if _is_mounted(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], stderr=subprocess.DEVNULL, check=False, timeout=30)
+        if self.mountpoint in _mounts:
+            _mounts.remove(self.mountpoint)
+        if self.process in _children:
+            _children.remove(self.process)
+        self.log_file.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Workloads. Each measure function returns a dict with at least "seconds"; read workloads add
+# "bytes" (bytes returned to the reader), fio adds "iops".
+
+class Context:
+    def __init__(self, args, spec, root, emulator, timeout):
+        self.args = args
+        self.spec = spec
+        self.root = root
+        self.layout = fixture_layout(spec)
+        self.emulator = emulator
+        self.timeout = timeout
+
+    def size(self, relative):
+        return (self.root / relative).stat().st_size
+
+    def curl(self, relative, byte_range=None, extra=()):
+        argv = ["curl", "-sS", "-f", "-o", "/dev/null", "-X", "POST",
+                "-H", f"Authorization: Bearer {TOKEN}",
+                "-H", "Dropbox-API-Arg: " + json.dumps({"path": "/" + relative}),
+                "-w", "%{size_download} %{time_starttransfer} %{time_total}\\n", *extra]
+        if byte_range:
+            argv += ["-H", f"Range: bytes={byte_range}"]
+        return argv + [self.emulator.url + "/2/files/download"]
+
+
+def _lines(output):
+    return output.count(b"\n")
+
+
+def w_ls_wide(ctx, base):
+    seconds, out, _ = run_tool(["ls", "-l", str(base / ctx.layout["wide"])], ctx.timeout, stdout=subprocess.PIPE)
+    return {"seconds": seconds, "check": _lines(out)}
+
+
+def w_find_deep(ctx, base):
+    seconds, out, _ = run_tool(["find", str(base / ctx.layout["deep"])], ctx.timeout, stdout=subprocess.PIPE)
+    return {"seconds": seconds, "check": _lines(out)}
+
+
+def w_du_deep(ctx, base):
+    seconds, out, _ = run_tool(["du", "-s", "--apparent-size", "-B1", str(base / ctx.layout["deep"])], ctx.timeout,
+                               stdout=subprocess.PIPE)
+    return {"seconds": seconds, "check": int(out.split()[0])}
+
+
+def w_lsr_deep(ctx, base):
+    seconds, out, _ = run_tool(["ls", "-lR", str(base / ctx.layout["deep"])], ctx.timeout, stdout=subprocess.PIPE)
+    return {"seconds": seconds, "check": _lines(out)}
+
+
+def _dd(path):
+    return ["dd", f"if={path}", "of=/dev/null", "bs=1M"]
+
+
+def _dd_bytes(stderr):
+    for line in stderr.splitlines():
+        if "bytes" in line and "copied" in line:
+            return int(line.split()[0])
+    raise BenchError(f"cannot read dd's byte count from {stderr!r}")
+
+
+def _curl_fields(out):
+    size, starttransfer, total = out.decode().split()
+    return int(size), float(starttransfer), float(total)
+
+
+def w_seq_read(ctx, mnt):
+    f = ctx.layout["large"][0]
+    seconds, _, err = run_tool(_dd(mnt / f), ctx.timeout)
+    return {"seconds": seconds, "bytes": _dd_bytes(err), "check": _dd_bytes(err)}
+
+
+def b_seq_read(ctx):
+    f = ctx.layout["large"][0]
+    seconds, out, _ = run_tool(ctx.curl(f), ctx.timeout, stdout=subprocess.PIPE)
+    size = _curl_fields(out)[0]
+    return {"seconds": seconds, "bytes": size, "check": size}
+
+
+def w_par_read(ctx, mnt):
+    files = ctx.layout["large"][:4]
+    seconds, outputs = run_parallel([_dd(mnt / f) for f in files], ctx.timeout)
+    total = sum(_dd_bytes(err) for _, err in outputs)
+    return {"seconds": seconds, "bytes": total, "check": total}
+
+
+def b_par_read(ctx):
+    files = ctx.layout["large"][:4]
+    seconds, outputs = run_parallel([ctx.curl(f) for f in files], ctx.timeout)
+    total = sum(_curl_fields(out)[0] for out, _ in outputs)
+    return {"seconds": seconds, "bytes": total, "check": total}
+
+
+def w_ttfb(ctx, mnt):
+    path = mnt / ctx.layout["huge"]
+    start = time.monotonic()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, 4096)
+    finally:
+        seconds = time.monotonic() - start
+        os.close(fd)
+    return {"seconds": seconds, "bytes": len(data), "check": hashlib.sha256(data).hexdigest()}
+
+
+def b_ttfb(ctx):
+    _, out, _ = run_tool(ctx.curl(ctx.layout["huge"], "0-4095"), ctx.timeout, stdout=subprocess.PIPE)
+    size, starttransfer, _ = _curl_fields(out)
+    with open(ctx.root / ctx.layout["huge"], "rb") as f:
+        check = hashlib.sha256(f.read(4096)).hexdigest()
+    return {"seconds": starttransfer, "bytes": size, "check": check}
+
+
+TAIL_BYTES = MiB
+
+
+def w_tail(ctx, mnt):
+    seconds, out, _ = run_tool(["tail", "-c", str(TAIL_BYTES), str(mnt / ctx.layout["huge"])], ctx.timeout,
+                               stdout=subprocess.PIPE)
+    return {"seconds": seconds, "bytes": len(out), "check": hashlib.sha256(out).hexdigest()}
+
+
+def b_tail(ctx):
+    size = ctx.size(ctx.layout["huge"])
+    seconds, out, _ = run_tool(ctx.curl(ctx.layout["huge"], f"{size - TAIL_BYTES}-{size - 1}"), ctx.timeout,
+                               stdout=subprocess.PIPE)
+    with open(ctx.root / ctx.layout["huge"], "rb") as f:
+        f.seek(size - TAIL_BYTES)
+        check = hashlib.sha256(f.read()).hexdigest()
+    return {"seconds": seconds, "bytes": _curl_fields(out)[0], "check": check}
+
+
+def _fio(ctx, path, block):
+    argv = ["fio", "--name=randread", f"--filename={path}", "--readonly", "--rw=randread", f"--bs={block}",
+            "--ioengine=psync", "--iodepth=1", "--numjobs=1", "--direct=0", "--invalidate=0", "--randrepeat=1",
+            "--norandommap", "--time_based", f"--runtime={ctx.args.fio_runtime}", f"--size={ctx.size(ctx.layout['large'][0])}",
+            "--output-format=json"]
+    seconds, out, _ = run_tool(argv, ctx.timeout + ctx.args.fio_runtime, stdout=subprocess.PIPE)
+    job = json.loads(out[out.index(b"{"):])["jobs"][0]["read"]
+    return {"seconds": job["runtime"] / 1000.0, "bytes": job["io_bytes"], "iops": job["iops"],
+            "check": job["io_bytes"] > 0}
+
+
+def w_fio(block):
+    return lambda ctx, base: _fio(ctx, base / ctx.layout["large"][0], block)
+
+
+# name, kind, what the mount runs, what the baseline runs, how the baseline is measured,
+# the metric ("time", "throughput" or "iops").
+WORKLOADS = [
+    {"name": "ls-l-wide", "kind": METADATA, "metric": "time", "run": w_ls_wide, "baseline": "local",
+     "what": "ls -l of the wide folder", "baseline_what": "ls -l of the served directory"},
+    {"name": "find-deep", "kind": METADATA, "metric": "time", "run": w_find_deep, "baseline": "local",
+     "what": "find over the deep tree", "baseline_what": "find over the served directory"},
+    {"name": "du-s-deep", "kind": METADATA, "metric": "time", "run": w_du_deep, "baseline": "local",
+     "what": "du -s of the deep tree", "baseline_what": "du -s of the served directory"},
+    {"name": "ls-lR-deep", "kind": METADATA, "metric": "time", "run": w_lsr_deep, "baseline": "local",
+     "what": "ls -lR of the deep tree", "baseline_what": "ls -lR of the served directory"},
+    {"name": "seq-read", "kind": READ, "metric": "throughput", "run": w_seq_read, "baseline": b_seq_read,
+     "what": "dd bs=1M of one large file", "baseline_what": "curl of the same file from the same emulator"},
+    {"name": "par-read-4", "kind": READ, "metric": "throughput", "run": w_par_read, "baseline": b_par_read,
+     "what": "4 parallel dd bs=1M of 4 different large files", "baseline_what": "4 parallel curls of the same files"},
+    {"name": "ttfb", "kind": READ, "metric": "time", "run": w_ttfb, "baseline": b_ttfb,
+     "what": "open + first 4 KiB read of the huge file", "baseline_what": "curl time_starttransfer for its first 4 KiB"},
+    {"name": "tail-1m", "kind": READ, "metric": "time", "run": w_tail, "baseline": b_tail,
+     "what": "tail -c 1M of the huge file", "baseline_what": "curl of the same last 1 MiB (Range)"},
+    {"name": "fio-rand-4k", "kind": READ, "metric": "iops", "run": w_fio("4k"), "baseline": "local",
+     "what": "fio randread 4 KiB, time-bounded, on one large file", "baseline_what": "the same fio on the local file"},
+    {"name": "fio-rand-128k", "kind": READ, "metric": "iops", "run": w_fio("128k"), "baseline": "local",
+     "what": "fio randread 128 KiB, time-bounded, on one large file", "baseline_what": "the same fio on the local file"},
+]
+WORKLOAD_NAMES = [w["name"] for w in WORKLOADS]
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def api_calls(stats):
+    return {route: n for route, n in sorted(stats.get("requests", {}).items()) if n}
+
+
+def summarize(samples, metric):
+    """Median figures over repeats; API calls and bytes are medians per route."""
+    if not samples:
+        return None
+    out = {"runs": samples, "median_seconds": median([s["seconds"] for s in samples])}
+    if metric == "throughput" or any("bytes" in s for s in samples):
+        out["median_bytes_returned"] = median([s.get("bytes") for s in samples])
+    if metric == "throughput":
+        out["median_mb_per_s"] = median([s["bytes"] / s["seconds"] / 1e6 for s in samples])
+    if metric == "iops":
+        out["median_iops"] = median([s["iops"] for s in samples])
+        out["median_mb_per_s"] = median([s["bytes"] / s["seconds"] / 1e6 for s in samples])
+    if any("api_calls" in s for s in samples):
+        routes = sorted({r for s in samples for r in s.get("api_calls", {})})
+        out["api_calls"] = {r: median([s.get("api_calls", {}).get(r, 0) for s in samples]) for r in routes}
+        out["api_calls_total"] = median([sum(s.get("api_calls", {}).values()) for s in samples])
+        out["bytes_downloaded"] = median([s.get("bytes_downloaded") for s in samples])
+        if metric in ("throughput", "iops") or any("bytes" in s for s in samples):
+            amps = [s["bytes_downloaded"] / s["bytes"] for s in samples if s.get("bytes")]
+            out["read_amplification"] = median(amps)
+    if any(s.get("peak_rss_bytes") for s in samples):
+        out["peak_rss_bytes"] = max(s["peak_rss_bytes"] for s in samples if s.get("peak_rss_bytes"))
+    return out
+
+
+def ratio(mount, baseline, metric):
+    """Time ratio, mount / baseline: 1.0 is as fast as the baseline, 3.0 three times slower."""
+    if not mount or not baseline:
+        return None
+    if metric == "throughput":
+        m, b = mount.get("median_mb_per_s"), baseline.get("median_mb_per_s")
+        return b / m if m and b else None
+    if metric == "iops":
+        m, b = mount.get("median_iops"), baseline.get("median_iops")
+        return b / m if m and b else None
+    m, b = mount.get("median_seconds"), baseline.get("median_seconds")
+    return m / b if m and b else None
+
+
+class Runner:
+    def __init__(self, args, bins, root, spec, emulator, workdir, logdir):
+        self.args, self.bins, self.root, self.spec = args, bins, root, spec
+        self.emulator, self.workdir, self.logdir = emulator, workdir, logdir
+        self.ctx = Context(args, spec, root, emulator, args.step_timeout)
+        self.mount_count = 0
+
+    def latency_for(self, kind):
+        return self.args.metadata_latency_ms if kind == METADATA else self.args.read_latency_ms
+
+    def measured(self, fn, mount=None):
+        """One measured run: emulator counters reset before and read after."""
+        if mount is not None:
+            mount.reset_peak_rss()
+        self.emulator.reset_stats()
+        sample = fn()
+        stats = self.emulator.stats()
+        sample["api_calls"] = api_calls(stats)
+        sample["bytes_downloaded"] = stats.get("download_bytes", 0)
+        sample["connections"] = stats.get("connections", 0)
+        if mount is not None:
+            sample["peak_rss_bytes"] = mount.peak_rss()
+        return sample
+
+    def run_workload(self, workload):
+        name, metric = workload["name"], workload["metric"]
+        self.emulator.set_latency(self.latency_for(workload["kind"]))
+        cold, warm, baseline = [], [], []
+        for repeat in range(self.args.repeats):
+            # The baseline first, interleaved with the mount's runs so that noise hits both.
+            if workload["baseline"] == "local":
+                baseline.append(self.measured(lambda: workload["run"](self.ctx, self.root)))
+            else:
+                baseline.append(self.measured(lambda: workload["baseline"](self.ctx)))
+            self.mount_count += 1
+            mountpoint = self.workdir / f"mnt-{self.mount_count}"
+            self.emulator.reset_stats()      # the cold run's counts include mounting
+            mount = Mount(self.bins / "dbx-mount", self.emulator, mountpoint, self.args.mount_arg,
+                          self.logdir / f"mount-{name}.log")
+            try:
+                t0 = time.monotonic()
+                sample = workload["run"](self.ctx, mountpoint)
+                stats = self.emulator.stats()
+                sample["api_calls"] = api_calls(stats)
+                sample["bytes_downloaded"] = stats.get("download_bytes", 0)
+                sample["connections"] = stats.get("connections", 0)
+                sample["peak_rss_bytes"] = mount.peak_rss()
+                cold.append(sample)
+                warm.append(self.measured(lambda: workload["run"](self.ctx, mountpoint), mount))
+                log(f"  {name} #{repeat + 1}: baseline {self.describe(baseline[-1], metric)}, "
+                    f"cold {self.describe(cold[-1], metric)}, warm {self.describe(warm[-1], metric)}"
+                    f" ({time.monotonic() - t0:.1f} s)")
+            finally:
+                mount.close()
+        checks = {"baseline": baseline[0].get("check"),
+                  "cold": [s.get("check") for s in cold], "warm": [s.get("check") for s in warm]}
+        correct = all(c == checks["baseline"] for c in checks["cold"] + checks["warm"])
+        for group in (cold, warm, baseline):
+            for s in group:
+                s.pop("check", None)
+        result = {
+            "name": name, "kind": workload["kind"], "metric": metric,
+            "what": workload["what"], "baseline_what": workload["baseline_what"],
+            "latency_ms": self.latency_for(workload["kind"]),
+            "output_matches_baseline": correct,
+            "baseline": summarize(baseline, metric),
+            "cold": summarize(cold, metric),
+            "warm": summarize(warm, metric),
+        }
+        result["cold"]["ratio"] = ratio(result["cold"], result["baseline"], metric)
+        result["warm"]["ratio"] = ratio(result["warm"], result["baseline"], metric)
+        if not correct:
+            log(f"  WARNING: {name}: the mount's output differs from the baseline's ({checks})")
+        return result
+
+    @staticmethod
+    def describe(sample, metric):
+        if metric == "throughput":
+            return f"{sample['bytes'] / sample['seconds'] / 1e6:.1f} MB/s"
+        if metric == "iops":
+            return f"{sample['iops']:.0f} IOPS"
+        return f"{sample['seconds']:.3f} s"
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+
+def machine_info():
+    info = {"hostname": platform.node(), "kernel": platform.release(), "arch": platform.machine(),
+            "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    info["memory_bytes"] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    info["os"] = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    info.setdefault("cpu_model", platform.processor() or "unknown")
+    return info
+
+
+def git_commit():
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "Sources"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10).stdout.strip()
+        return head + ("+local-changes" if dirty else "") if head else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def fmt_seconds(s):
+    if s is None:
+        return "–"
+    if s < 0.001:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1000:.1f} ms"
+    return f"{s:.2f} s"
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "–"
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_figure(summary, metric):
+    if not summary:
+        return "–"
+    if metric == "throughput":
+        return f"{summary['median_mb_per_s']:.0f} MB/s ({fmt_seconds(summary['median_seconds'])})"
+    if metric == "iops":
+        return f"{summary['median_iops']:,.0f} IOPS ({summary['median_mb_per_s']:.1f} MB/s)"
+    return fmt_seconds(summary["median_seconds"])
+
+
+def fmt_ratio(r):
+    if r is None:
+        return "–"
+    if r < 0.1:
+        return f"{r:.2g}×"
+    return f"{r:.2f}×" if r < 10 else f"{r:,.0f}×"
+
+
+def fmt_calls(summary):
+    calls = summary.get("api_calls") or {}
+    if not calls:
+        return "0"
+    total = summary.get("api_calls_total", 0)
+    parts = ", ".join(f"{route.replace('files/', '')} {n:g}" for route, n in sorted(calls.items(), key=lambda kv: -kv[1]))
+    return f"{total:g} ({parts})"
+
+
+def results_markdown(results):
+    m, c = results["machine"], results["config"]
+    lines = [
+        f"Machine: {m.get('cpu_model')}, {m.get('cpus')} CPUs, {fmt_bytes(m.get('memory_bytes'))} RAM, "
+        f"Linux {m.get('kernel')}{', ' + m['os'] if m.get('os') else ''}. Date: {results['date']}. "
+        f"dbx-mount {results.get('git_commit') or ''}.",
+        "",
+        f"Emulator latency: {c['metadata_latency_ms']} ms per request for metadata workloads, "
+        f"{c['read_latency_ms']} ms for read workloads; bandwidth cap: "
+        f"{str(c['bandwidth']) + ' B/s' if c['bandwidth'] else 'none'}. Median of {c['repeats']} "
+        f"repeat(s){'; --quick fixtures' if c['quick'] else ''}. Fixtures: wide folder of "
+        f"{c['fixtures']['wide_files']:,} files; deep tree of {c['fixtures']['deep_entries']:,} entries "
+        f"({c['fixtures']['deep_folders']:,} folders); large files of {fmt_bytes(c['fixtures']['large_size'])}, "
+        f"huge file of {fmt_bytes(c['fixtures']['huge_size'])}.",
+        "",
+        "Ratio = time through dbx-mount ÷ time of the baseline (1.0 = as fast, 2.0 = twice as slow); "
+        "for reads it is curl's throughput ÷ dbx-mount's, for fio the baseline's IOPS ÷ dbx-mount's. "
+        "Cold = first run on a fresh mount (its API calls include mounting); warm = the same command again on that mount.",
+        "",
+        "| workload | run | median | baseline | ratio | API calls | bytes downloaded | peak RSS |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for w in results["workloads"]:
+        if "error" in w:
+            lines.append(f"| {w['name']} | – | failed: {w['error']} | | | | | |")
+            continue
+        base = fmt_figure(w["baseline"], w["metric"])
+        for run in ("cold", "warm"):
+            s = w[run]
+            downloaded = fmt_bytes(s.get("bytes_downloaded"))
+            if w["kind"] == READ and s.get("read_amplification") is not None:
+                downloaded += f" ({s['read_amplification']:.2f}× returned)"
+            flag = "" if w["output_matches_baseline"] else " **output differs!**"
+            lines.append(f"| {w['name']} | {run} | {fmt_figure(s, w['metric'])}{flag} | {base} | "
+                         f"{fmt_ratio(s.get('ratio'))} | {fmt_calls(s)} | {downloaded} | "
+                         f"{fmt_bytes(s.get('peak_rss_bytes'))} |")
+    lines += ["", "Workloads:", ""]
+    for w in results["workloads"]:
+        if "error" not in w:
+            lines.append(f"- `{w['name']}` ({w['latency_ms']} ms latency): {w['what']}; baseline: {w['baseline_what']}.")
+    return "\n".join(lines) + "\n"
+
+
+def ratios_svg(results):
+    """A diverging bar chart on a log scale: bars grow right of the 1.0 line when dbx-mount is slower."""
+    import math
+    bars = []
+    for w in results["workloads"]:
+        if "error" in w:
+            continue
+        for run in ("cold", "warm"):
+            r = w[run].get("ratio")
+            if r and r > 0:
+                bars.append((f"{w['name']} ({run})", run, r))
+    left, label_w, right_pad, top, row, bar_h = 20, 190, 90, 74, 26, 16
+    plot_w = 560
+    width = left + label_w + plot_w + right_pad
+    height = top + row * max(len(bars), 1) + 60
+    lo = min([r for _, _, r in bars] + [0.5])
+    hi = max([r for _, _, r in bars] + [2.0])
+    lo_exp, hi_exp = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    if hi_exp == lo_exp:
+        hi_exp += 1
+
+    def x(v):
+        return left + label_w + (math.log10(v) - lo_exp) / (hi_exp - lo_exp) * plot_w
+
+    m = results["machine"]
+    c = results["config"]
+    title = "dbx-mount ÷ baseline, time ratio (log scale; 1.0 = as fast as the baseline, lower is better)"
+    subtitle = (f"{m.get('cpu_model', '')}, {m.get('cpus')} CPUs, Linux {m.get('kernel')} · {results['date']} · "
+                f"latency {c['metadata_latency_ms']} ms metadata / {c['read_latency_ms']} ms reads"
+                f"{' · quick' if c['quick'] else ''}")
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{left}" y="22" font-size="14" font-weight="bold">{escape(title)}</text>',
+           f'<text x="{left}" y="42" fill="#555">{escape(subtitle)}</text>']
+    axis_y = top + row * len(bars) + 6
+    for e in range(lo_exp, hi_exp + 1):
+        for mult in (1, 2, 5):
+            v = mult * 10 ** e
+            if v < 10 ** lo_exp or v > 10 ** hi_exp:
+                continue
+            xv = x(v)
+            stroke = "#bbb" if mult == 1 else "#eee"
+            out.append(f'<line x1="{xv:.1f}" y1="{top - 8}" x2="{xv:.1f}" y2="{axis_y}" stroke="{stroke}"/>')
+            if mult == 1:
+                label = f"{v:g}" if v < 1000 else f"{v:,.0f}"
+                out.append(f'<text x="{xv:.1f}" y="{axis_y + 16}" text-anchor="middle" fill="#333">{label}×</text>')
+    colors = {"cold": "#3b6fb6", "warm": "#e39b2d"}
+    for i, (label, run, r) in enumerate(bars):
+        y = top + i * row
+        x1, xr = x(1.0), x(r)
+        bx, bw = (x1, xr - x1) if r >= 1 else (xr, x1 - xr)
+        out.append(f'<text x="{left + label_w - 8}" y="{y + bar_h - 3}" text-anchor="end">{escape(label)}</text>')
+        out.append(f'<rect x="{bx:.1f}" y="{y}" width="{max(bw, 1):.1f}" height="{bar_h}" fill="{colors[run]}"/>')
+        tx = max(xr, x1) + 6
+        out.append(f'<text x="{tx:.1f}" y="{y + bar_h - 3}" fill="#222">{escape(fmt_ratio(r))}</text>')
+    x1 = x(1.0)
+    out.append(f'<line x1="{x1:.1f}" y1="{top - 12}" x2="{x1:.1f}" y2="{axis_y}" stroke="#c00" stroke-width="2"/>')
+    out.append(f'<text x="{x1:.1f}" y="{top - 16}" text-anchor="middle" fill="#c00">1.0 = baseline</text>')
+    ly = height - 16
+    out.append(f'<rect x="{left}" y="{ly - 10}" width="12" height="12" fill="{colors["cold"]}"/>')
+    out.append(f'<text x="{left + 18}" y="{ly}">cold (fresh mount)</text>')
+    out.append(f'<rect x="{left + 150}" y="{ly - 10}" width="12" height="12" fill="{colors["warm"]}"/>')
+    out.append(f'<text x="{left + 168}" y="{ly}">warm (same mount, again)</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def write_outputs(out_dir, results):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out_dir / "results.md").write_text(results_markdown(results))
+    (out_dir / "ratios.svg").write_text(ratios_svg(results))
+
+
+# --------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="Benchmark dbx-mount against same-run baselines (see docs/benchmarks.md).")
+    p.add_argument("--quick", action="store_true", help="small fixtures, 1 repeat, short fio: under 3 minutes")
+    p.add_argument("--latency-ms", type=int, help="emulator latency per request for every workload")
+    p.add_argument("--metadata-latency-ms", type=int, help="latency for metadata workloads (default 50)")
+    p.add_argument("--read-latency-ms", type=int, help="latency for read workloads (default 20)")
+    p.add_argument("--bandwidth", type=int, help="emulator bandwidth cap, bytes per second (default none)")
+    p.add_argument("--repeats", type=int, help="repeats per workload (default 3, --quick 1)")
+    p.add_argument("--out", type=Path, default=REPO / "bench-results", help="output directory (default bench-results/)")
+    p.add_argument("--only", nargs="+", choices=WORKLOAD_NAMES, metavar="WORKLOAD",
+                   help="run only these workloads: " + ", ".join(WORKLOAD_NAMES))
+    p.add_argument("--fio-runtime", type=int, help="seconds per fio run (default 15, --quick 3)")
+    p.add_argument("--step-timeout", type=float, help="seconds before one command counts as hung (default 900, --quick 120)")
+    p.add_argument("--fixtures", type=Path, default=REPO / "bench" / ".fixtures",
+                   help="fixture cache directory (default bench/.fixtures)")
+    p.add_argument("--mount-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for dbx-mount, e.g. --mount-arg=--ttl=600 (repeatable)")
+    p.add_argument("--bin-dir", type=Path, help="use prebuilt dbx-mount and dbx-emulator from here; skip the build")
+    p.add_argument("--no-build", action="store_true", help="skip swift build; use the existing release binaries")
+    args = p.parse_args(argv)
+    if args.latency_ms is not None:
+        args.metadata_latency_ms = args.metadata_latency_ms if args.metadata_latency_ms is not None else args.latency_ms
+        args.read_latency_ms = args.read_latency_ms if args.read_latency_ms is not None else args.latency_ms
+    args.metadata_latency_ms = 50 if args.metadata_latency_ms is None else args.metadata_latency_ms
+    args.read_latency_ms = 20 if args.read_latency_ms is None else args.read_latency_ms
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.fio_runtime = args.fio_runtime or (3 if args.quick else 15)
+    args.step_timeout = args.step_timeout or (120 if args.quick else 900)
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    selected = [w for w in WORKLOADS if not args.only or w["name"] in args.only]
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    atexit.register(cleanup)
+    started = time.monotonic()
+    workdir = None
+    try:
+        check_environment(need_fio=any(w["name"].startswith("fio") for w in selected))
+        if args.bin_dir:
+            bins = args.bin_dir
+        else:
+            bins = build(skip=args.no_build)
+        for binary in ("dbx-mount", "dbx-emulator"):
+            if not (bins / binary).exists():
+                raise BenchError(f"{bins / binary} is missing (build with swift build -c release)")
+        spec_name = "quick" if args.quick else "full"
+        spec = SPECS[spec_name]
+        root = generate_fixtures(args.fixtures.resolve() / spec_name, spec)
+        args.out.mkdir(parents=True, exist_ok=True)
+        logdir = args.out / "logs"
+        if logdir.exists():
+            shutil.rmtree(logdir)
+        logdir.mkdir()
+        workdir = Path(tempfile.mkdtemp(prefix="dbx-bench-"))
+        emulator = Emulator(bins / "dbx-emulator", root, args.metadata_latency_ms, args.bandwidth, logdir)
+        log(f"emulator at {emulator.url} serving {root}; warming the server side")
+        emulator.warm_up(root, fixture_layout(spec))
+        a, b, c = spec["deep_fanout"]
+        results = {
+            "schema": 1,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine_info(),
+            "git_commit": git_commit(),
+            "config": {
+                "quick": args.quick, "repeats": args.repeats,
+                "metadata_latency_ms": args.metadata_latency_ms, "read_latency_ms": args.read_latency_ms,
+                "bandwidth": args.bandwidth, "fio_runtime_s": args.fio_runtime, "mount_args": args.mount_arg,
+                "fixtures": dict(spec, deep_folders=a * b * c + a * b + a, deep_entries=a * b * c * (spec["deep_files"] + 1) + a * b + a),
+                "command": "python3 bench/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            },
+            "workloads": [],
+        }
+        runner = Runner(args, bins, root, spec, emulator, workdir, logdir)
+        failed = []
+        for workload in selected:
+            log(f"{workload['name']}: {workload['what']} (latency {runner.latency_for(workload['kind'])} ms)")
+            try:
+                results["workloads"].append(runner.run_workload(workload))
+            except BenchError as error:
+                log(f"  {workload['name']} failed: {error}")
+                failed.append(workload["name"])
+                results["workloads"].append({"name": workload["name"], "kind": workload["kind"],
+                                             "metric": workload["metric"], "error": str(error)})
+            write_outputs(args.out, results)     # partial results survive a later failure
+        emulator.stop()
+        results["elapsed_s"] = round(time.monotonic() - started, 1)
+        write_outputs(args.out, results)
+        sys.stdout.write(results_markdown(results))
+        log(f"wrote {args.out}/results.json, results.md, ratios.svg in {results['elapsed_s']} s")
+        if failed:
+            raise BenchError(f"workloads failed: {', '.join(failed)} (see {args.out}/results.json and {logdir})")
+        return 0
+    except BenchError as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return 1
+    except SystemExit as stop:
+        print(f"bench: stopped by signal {stop.code - 128 if isinstance(stop.code, int) and stop.code > 128 else ''}",
+              file=sys.stderr)
+        return stop.code if isinstance(stop.code, int) else 1
+    finally:
+        cleanup()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
