@@ -125,7 +125,7 @@ extension DropboxFS {
         repeat {
             page = try api.listFolderContinue(cursor: cursor)
             var update = TreeUpdate(rootPath: options.rootPath, logger: logger)
-            applyBatch(page.entries, update: &update, notify: true)
+            applyBatch(page.entries, update: &update, notify: true, newFoldersListedAt: now())
             cursor = page.cursor
             state.withLock { $0.feed.cursor = cursor }
         } while page.hasMore
@@ -138,10 +138,11 @@ extension DropboxFS {
         setFeed(live: true)
     }
 
-    private func applyBatch(_ entries: [Metadata], update: inout TreeUpdate, notify: Bool) {
+    private func applyBatch(_ entries: [Metadata], update: inout TreeUpdate, notify: Bool,
+                            newFoldersListedAt: Double? = nil) {
         let invalidations = state.withLock { state -> [KernelInvalidation] in
             update.invalidations = []
-            update.apply(entries, to: &state.tree, notify: notify)
+            update.apply(entries, to: &state.tree, notify: notify, newFoldersListedAt: newFoldersListedAt)
             return update.invalidations
         }
         invalidate(invalidations)

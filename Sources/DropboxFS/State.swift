@@ -91,7 +91,9 @@ struct TreeUpdate {
 
     /// Applies entries of a recursive listing or of the change feed, in order: missing parents are
     /// created, a file replaces a subtree, a folder keeps its children, a deleted entry removes one.
-    mutating func apply(_ entries: [Metadata], to tree: inout Tree, notify: Bool) {
+    /// With `newFoldersListedAt` (the feed, once the tree is whole), a folder that first appears here
+    /// is complete from birth: the recursive cursor reports everything that lands in it.
+    mutating func apply(_ entries: [Metadata], to tree: inout Tree, notify: Bool, newFoldersListedAt: Double? = nil) {
         for entry in entries {
             guard let components = relativeComponents(entry) else { continue }
             guard !components.isEmpty else { continue }   // the mounted folder itself
@@ -106,6 +108,7 @@ struct TreeUpdate {
                 guard EntryName.isValid(component) else { parentMissing = true; break }
                 let (slot, outcome) = tree.upsert(parent: parent, name: component, details: nil)
                 if notify { record(outcome, slot: slot, name: component, parent: parent) }
+                if outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
                 touched?.insert(slot)
                 parent = slot
             }
@@ -124,6 +127,7 @@ struct TreeUpdate {
             guard let (name, details) = acceptable(entry, in: "change") else { continue }
             let (slot, outcome) = tree.upsert(parent: parent, name: name, details: details)
             if notify { record(outcome, slot: slot, name: name, parent: parent) }
+            if details == nil, outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
             touched?.insert(slot)
         }
     }

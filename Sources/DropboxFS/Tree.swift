@@ -277,8 +277,17 @@ struct Tree {
     private mutating func setDetails(_ slot: Slot, _ details: FileDetails) {
         arenaGarbage += detailsLength(slot)
         var bytes: [UInt8] = []
-        for text in [details.id, details.rev, details.contentHash ?? ""] {
-            let utf8 = Array(text.utf8.prefix(255))
+        for text in [details.id, details.rev] {
+            let utf8 = Array(text.utf8.prefix(Int(Self.rawHashMarker) - 1))
+            bytes.append(UInt8(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+        // A content hash is 64 hex digits; kept as its 32 bytes it costs half (issue 5's memory target).
+        if let hash = details.contentHash, let raw = Self.rawHash(hash) {
+            bytes.append(Self.rawHashMarker)
+            bytes.append(contentsOf: raw)
+        } else {
+            let utf8 = Array((details.contentHash ?? "").utf8.prefix(Int(Self.rawHashMarker) - 1))
             bytes.append(UInt8(utf8.count))
             bytes.append(contentsOf: utf8)
         }
@@ -291,15 +300,50 @@ struct Tree {
         guard records[Int(slot.index)].detailsOffset != Tree.noDetails else { return 0 }
         var offset = Int(records[Int(slot.index)].detailsOffset)
         let start = offset
-        for _ in 0..<3 { offset += 1 + Int(arena[offset]) }
+        for _ in 0..<3 { offset += 1 + fieldLength(arena[offset]) }
         return offset - start
     }
 
+    private static let rawHashMarker: UInt8 = 0xFF
+
+    private func fieldLength(_ lengthByte: UInt8) -> Int { lengthByte == Self.rawHashMarker ? 32 : Int(lengthByte) }
+
     private func readString(_ offset: inout Int) -> String {
-        let length = Int(arena[offset])
+        let lengthByte = arena[offset]
         let start = offset + 1
+        let length = fieldLength(lengthByte)
         offset = start + length
+        if lengthByte == Self.rawHashMarker {
+            let digits = Array("0123456789abcdef".utf8)
+            var hex: [UInt8] = []
+            hex.reserveCapacity(64)
+            for byte in arena[start..<start + length] {
+                hex.append(digits[Int(byte >> 4)])
+                hex.append(digits[Int(byte & 0xF)])
+            }
+            return String(decoding: hex, as: UTF8.self)
+        }
         return String(decoding: arena[start..<start + length], as: UTF8.self)
+    }
+
+    /// The 32 bytes of a 64-digit lowercase hex hash, or nil for anything else (kept as text).
+    private static func rawHash(_ hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count == 64 else { return nil }
+        func value(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+            default: nil
+            }
+        }
+        var raw: [UInt8] = []
+        raw.reserveCapacity(32)
+        for i in stride(from: 0, to: 64, by: 2) {
+            guard let high = value(digits[i]), let low = value(digits[i + 1]) else { return nil }
+            raw.append(high << 4 | low)
+        }
+        return raw
     }
 
     private mutating func compactArenaIfWasteful() {

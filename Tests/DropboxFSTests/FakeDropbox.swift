@@ -1,4 +1,5 @@
 import DropboxClient
+@testable import DropboxFS
 import Foundation
 import Synchronization
 
@@ -15,6 +16,7 @@ final class FakeDropbox: DropboxAPI {
     }
 
     struct Counters: Equatable {
+        var recursiveListFolder = 0
         var listFolder = 0
         var listContinue = 0
         var metadata = 0
@@ -28,16 +30,24 @@ final class FakeDropbox: DropboxAPI {
         var failure: DropboxError?
         var revCounter = 0x10_0000_0000
         var rawEntries: [String: [Metadata]] = [:]   // hostile listings injected as-is
+        /// Every change, in order, as `continue` on a feed cursor reports it.
+        var journal: [Metadata] = []
+        /// Feed cursors of an earlier epoch answer `reset`.
+        var epoch = 0
+        var longpolls = 0
     }
 
     private let contents = Mutex(Contents())
     let pageSize: Int
     /// Called inside `listFolder`, before answering: lets a test hold a listing in flight.
     let listingGate: (@Sendable () -> Void)?
+    let recursiveGate: (@Sendable () -> Void)?
 
-    init(pageSize: Int = 100, listingGate: (@Sendable () -> Void)? = nil) {
+    init(pageSize: Int = 100, listingGate: (@Sendable () -> Void)? = nil,
+         recursiveGate: (@Sendable () -> Void)? = nil) {
         self.pageSize = pageSize
         self.listingGate = listingGate
+        self.recursiveGate = recursiveGate
     }
 
     var counters: Counters { contents.withLock { $0.counters } }
@@ -45,16 +55,39 @@ final class FakeDropbox: DropboxAPI {
     func fail(with error: DropboxError?) { contents.withLock { $0.failure = error } }
 
     func addFolder(_ path: String) {
-        contents.withLock { $0.items[path.lowercased()] = Item(displayPath: path, isFolder: true) }
+        contents.withLock { c in
+            let item = Item(displayPath: path, isFolder: true)
+            c.items[path.lowercased()] = item
+            c.journal.append(metadata(item))
+        }
+    }
+
+    /// Appends raw entries to the change journal, as `continue` will report them.
+    func journal(_ entries: [Metadata]) {
+        contents.withLock { $0.journal.append(contentsOf: entries) }
+    }
+
+    /// Makes every feed cursor handed out so far answer `reset`.
+    func resetCursors() {
+        contents.withLock { $0.epoch += 1 }
+    }
+
+    /// Changes the tree without telling the journal (what a reset must discover).
+    func silentlyRemove(_ path: String) {
+        contents.withLock { c in
+            let key = path.lowercased()
+            c.items = c.items.filter { $0.key != key && !$0.key.hasPrefix(key + "/") }
+        }
     }
 
     /// Adds or replaces a file; every write gets a new rev, as Dropbox gives.
     func addFile(_ path: String, _ content: [UInt8], modified: Int64 = 1_700_000_000, downloadable: Bool = true) {
         contents.withLock { c in
             c.revCounter += 1
-            c.items[path.lowercased()] = Item(displayPath: path, isFolder: false, content: content,
-                                              rev: String(c.revCounter, radix: 16), modified: modified,
-                                              downloadable: downloadable)
+            let item = Item(displayPath: path, isFolder: false, content: content,
+                            rev: String(c.revCounter, radix: 16), modified: modified, downloadable: downloadable)
+            c.items[path.lowercased()] = item
+            c.journal.append(metadata(item))
         }
     }
 
@@ -62,6 +95,8 @@ final class FakeDropbox: DropboxAPI {
         contents.withLock { c in
             let key = path.lowercased()
             c.items = c.items.filter { $0.key != key && !$0.key.hasPrefix(key + "/") }
+            let name = String(path.split(separator: "/").last ?? "")
+            c.journal.append(.deleted(DeletedMetadata(name: name, pathLower: key, pathDisplay: path)))
         }
     }
 
@@ -99,9 +134,20 @@ final class FakeDropbox: DropboxAPI {
     }
 
     func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage {
-        listingGate?()
+        if recursive { recursiveGate?() } else { listingGate?() }
         try checkFailure()
         let key = path.lowercased()
+        if recursive {
+            let (entries, position, epoch) = contents.withLock { c -> ([Metadata], Int, Int) in
+                c.counters.recursiveListFolder += 1
+                let below = c.items.values
+                    .filter { $0.displayPath.lowercased() == key || $0.displayPath.lowercased().hasPrefix(key + "/") }
+                    .sorted { $0.displayPath.lowercased() < $1.displayPath.lowercased() }
+                    .map(metadata)
+                return (below, c.journal.count, c.epoch)
+            }
+            return page(entries, from: 0, feedPosition: "\(epoch):\(position)")
+        }
         let entries = try contents.withLock { c throws(DropboxError) -> [Metadata] in
             c.counters.listFolder += 1
             if let raw = c.rawEntries[key] { return raw }
@@ -120,28 +166,59 @@ final class FakeDropbox: DropboxAPI {
         return page(entries, from: 0)
     }
 
-    private func page(_ entries: [Metadata], from start: Int) -> ListFolderPage {
+    /// A page of `entries`; the last page of a recursive listing carries a feed cursor.
+    private func page(_ entries: [Metadata], from start: Int, feedPosition: String? = nil) -> ListFolderPage {
         let end = min(entries.count, start + pageSize)
-        let cursorID = UUID().uuidString
-        pendingPages.withLock { $0[cursorID] = (entries, end) }
-        return ListFolderPage(entries: Array(entries[start..<end]), cursor: cursorID, hasMore: end < entries.count)
+        let hasMore = end < entries.count
+        let cursor: String
+        if !hasMore, let feedPosition {
+            cursor = "feed:\(feedPosition)"
+        } else {
+            cursor = UUID().uuidString
+            pendingPages.withLock { $0[cursor] = (entries, end, feedPosition) }
+        }
+        return ListFolderPage(entries: Array(entries[start..<end]), cursor: cursor, hasMore: hasMore)
     }
 
-    private let pendingPages = Mutex<[String: ([Metadata], Int)]>([:])
+    private let pendingPages = Mutex<[String: ([Metadata], Int, String?)]>([:])
+
+    /// "feed:EPOCH:POSITION" → the journal position, or `reset` for an old epoch.
+    private func feedPosition(_ cursor: String) throws(DropboxError) -> Int? {
+        let parts = cursor.split(separator: ":")
+        guard parts.count == 3, parts[0] == "feed", let epoch = Int(parts[1]), let position = Int(parts[2]) else { return nil }
+        if epoch != contents.withLock({ $0.epoch }) { throw .route(tags: ["reset"], summary: "reset/..") }
+        return position
+    }
 
     func listFolderContinue(cursor: String) throws(DropboxError) -> ListFolderPage {
         try checkFailure()
         contents.withLock { $0.counters.listContinue += 1 }
-        guard let (entries, next) = pendingPages.withLock({ $0[cursor] }) else {
+        if let position = try feedPosition(cursor) {
+            let changes = contents.withLock { c in Array(c.journal[min(position, c.journal.count)...]) }
+            let taken = Array(changes.prefix(pageSize))
+            let epoch = contents.withLock { $0.epoch }
+            return ListFolderPage(entries: taken, cursor: "feed:\(epoch):\(position + taken.count)",
+                                  hasMore: taken.count < changes.count)
+        }
+        guard let (entries, next, feed) = pendingPages.withLock({ $0[cursor] }) else {
             throw .route(tags: ["reset"], summary: "reset/")
         }
-        return page(entries, from: next)
+        return page(entries, from: next, feedPosition: feed)
     }
 
-    func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String { "latest" }
+    func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String {
+        contents.withLock { "feed:\($0.epoch):\($0.journal.count)" }
+    }
 
     func longpoll(cursor: String, timeout: Int) throws(DropboxError) -> LongpollResult {
-        LongpollResult(changes: false, backoff: nil)
+        try checkFailure()
+        guard let position = try feedPosition(cursor) else { throw .route(tags: ["reset"], summary: "reset/") }
+        let changed = contents.withLock { c in
+            c.longpolls += 1
+            return c.journal.count > position
+        }
+        if !changed { Thread.sleep(forTimeInterval: 0.02) }   // a real longpoll blocks; don't spin
+        return LongpollResult(changes: changed, backoff: nil)
     }
 
     func metadata(path: String) throws(DropboxError) -> Metadata {
@@ -178,4 +255,22 @@ final class ManualClock: Sendable {
     private let seconds = Mutex(0.0)
     func advance(by delta: Double) { seconds.withLock { $0 += delta } }
     var now: @Sendable () -> Double { { [self] in seconds.withLock { $0 } } }
+}
+
+/// A `MetadataStore` in memory, to test remounts.
+final class InMemoryStore: MetadataStore {
+    let saved = Mutex<PersistedTree?>(nil)
+    func load() -> PersistedTree? { saved.withLock { $0 } }
+    func save(_ tree: PersistedTree) { saved.withLock { $0 = tree } }
+    func clear() { saved.withLock { $0 = nil } }
+}
+
+/// Polls `condition` until it holds or `seconds` pass.
+func eventually(within seconds: Double = 5, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: 0.01)
+    }
+    return try condition()
 }

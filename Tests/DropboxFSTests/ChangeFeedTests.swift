@@ -1,0 +1,245 @@
+import DropboxClient
+@testable import DropboxFS
+import Foundation
+import Synchronization
+import Testing
+
+/// Collects what the core asks the kernel to forget.
+final class Recorder: Sendable {
+    private let items = Mutex<[KernelInvalidation]>([])
+    func withLock<T>(_ body: (inout [KernelInvalidation]) -> T) -> T { items.withLock { body(&$0) } }
+}
+
+/// The metadata engine (issue 5): one recursive listing, then a change feed applied in place.
+@Suite("Recursive fill and change feed")
+struct ChangeFeedTests {
+    let dropbox = FakeDropbox(pageSize: 50)
+    let clock = ManualClock()
+    let invalidations = Recorder()
+
+    func makeFS(_ options: FilesystemOptions = FilesystemOptions(metadataTTL: .seconds(60)),
+                store: (any MetadataStore)? = nil, api: FakeDropbox? = nil) -> DropboxFS {
+        let fs = DropboxFS(api: api ?? dropbox, options: options, folderModified: 0, now: clock.now, store: store)
+        fs.onInvalidation { [invalidations] batch in invalidations.withLock { $0.append(contentsOf: batch) } }
+        return fs
+    }
+
+    func startLive(_ fs: DropboxFS) throws {
+        fs.startChangeFeed()
+        #expect(eventually { fs.isFeedLive }, "the fill finishes and the feed goes live")
+    }
+
+    func resolve(_ fs: DropboxFS, _ path: String) throws -> NodeAttributes {
+        var attributes = try fs.attributes(of: .root)
+        for name in path.split(separator: "/") {
+            attributes = try fs.lookup(parent: attributes.inode, name: String(name))
+        }
+        return attributes
+    }
+
+    func names(_ fs: DropboxFS, _ folder: InodeNumber) throws -> [String] {
+        let handle = try fs.openDirectory(folder)
+        defer { fs.releaseDirectory(handle) }
+        return try fs.readDirectory(handle, from: 2).map(\.name)
+    }
+
+    func seedTree() {
+        for f in 0..<20 {
+            dropbox.addFolder("/F\(f)")
+            for i in 0..<10 { dropbox.addFile("/F\(f)/file\(i).txt", Array("\(f)-\(i)".utf8)) }
+        }
+        dropbox.addFolder("/F0/deep")
+        dropbox.addFile("/F0/deep/leaf.txt", [1, 2, 3])
+    }
+
+    @Test func oneRecursiveListingAnswersEveryFolderWithoutFurtherCalls() throws {
+        seedTree()
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let total = 20 + 200 + 2
+        #expect(dropbox.counters.recursiveListFolder == 1)
+        #expect(dropbox.counters.listContinue <= Int((Double(total) / 50).rounded(.up)))
+        let before = dropbox.counters
+        for f in 0..<20 { #expect(try names(fs, try resolve(fs, "F\(f)").inode).count == (f == 0 ? 11 : 10)) }
+        #expect(try resolve(fs, "F0/deep/leaf.txt").size == 3)
+        #expect(throws: FSError.notFound) { try resolve(fs, "F3/missing.txt") }
+        clock.advance(by: 3600)   // far past the TTL: a live feed keeps folders fresh
+        #expect(try resolve(fs, "F7/file3.txt").size == 3)
+        #expect(dropbox.counters.listFolder == before.listFolder, "no per-folder listing once the tree is filled")
+        #expect(dropbox.counters.metadata == 0)
+        #expect(try fs.attributes(of: try resolve(fs, "F1").inode).linkCount == 2)
+        #expect(try fs.attributes(of: .root).linkCount == 22)
+    }
+
+    @Test func aFolderOpenedDuringTheFillIsListedOnItsOwnAtOnce() throws {
+        let release = DispatchSemaphore(value: 0)
+        let gated = FakeDropbox(pageSize: 50, recursiveGate: { release.wait() })
+        gated.addFolder("/Photos")
+        gated.addFile("/Photos/cat.jpg", [1, 2])
+        let fs = makeFS(api: gated)
+        defer { fs.stopChangeFeed(); release.signal() }
+        fs.startChangeFeed()
+        // The recursive listing is held; the user's folder is listed on its own.
+        #expect(try names(fs, try resolve(fs, "Photos").inode) == ["cat.jpg"])
+        #expect(gated.counters.listFolder == 2, "the root and /Photos, each once")
+        #expect(!fs.isFeedLive)
+        release.signal()
+        #expect(eventually { fs.isFeedLive })
+        #expect(try names(fs, try resolve(fs, "Photos").inode) == ["cat.jpg"])
+        #expect(gated.counters.listFolder == 2)
+    }
+
+    @Test func changesAreAppliedInPlaceAndTheKernelIsTold() throws {
+        seedTree()
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let folder = try resolve(fs, "F2")
+        let old = try resolve(fs, "F2/file1.txt")
+        invalidations.withLock { $0.removeAll() }
+
+        dropbox.addFile("/F2/new.txt", Array("fresh".utf8))
+        dropbox.addFile("/F2/file1.txt", Array("rewritten!".utf8))
+        dropbox.remove("/F2/file2.txt")
+        #expect(eventually { (try? resolve(fs, "F2/new.txt").size) == 5 })
+        #expect(eventually { (try? resolve(fs, "F2/file1.txt").size) == 10 })
+        #expect(eventually { (try? resolve(fs, "F2/file2.txt")) == nil })
+        #expect(try resolve(fs, "F2/file1.txt").inode == old.inode, "a rewrite keeps the inode")
+        let opened = try fs.open(old.inode)
+        #expect(try fs.read(opened.handle, offset: 0, size: 100) == Array("rewritten!".utf8))
+        let told = invalidations.withLock { $0 }
+        #expect(told.contains(.entry(parent: folder.inode, name: "new.txt")))
+        #expect(told.contains(.inode(old.inode)))
+        #expect(told.contains(.entry(parent: folder.inode, name: "file2.txt")))
+        #expect(told.contains(.inode(folder.inode)))
+        #expect(dropbox.counters.listFolder == 0)
+    }
+
+    @Test func aFileReplacesAFolderAndAFolderReplacesAFile() throws {
+        dropbox.addFolder("/x")
+        dropbox.addFile("/x/inner.txt", [1])
+        dropbox.addFile("/y", [2])
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let oldFolder = try resolve(fs, "x").inode
+        // Dropbox sends only the new entry: a file at a folder's path replaces the subtree.
+        dropbox.journal([
+            .file(FileMetadata(name: "x", id: "id:x2", pathLower: "/x", pathDisplay: "/x", clientModified: 5,
+                               serverModified: 5, rev: "aaaaaaaaa1", size: 7)),
+            .folder(FolderMetadata(name: "y", id: "id:y2", pathLower: "/y", pathDisplay: "/y")),
+            .file(FileMetadata(name: "z.txt", id: "id:z", pathLower: "/y/z.txt", pathDisplay: "/y/z.txt",
+                               clientModified: 5, serverModified: 5, rev: "aaaaaaaaa2", size: 3)),
+        ])
+        #expect(eventually { (try? resolve(fs, "x").kind) == .file })
+        let x = try resolve(fs, "x")
+        #expect(x.size == 7 && x.inode != oldFolder)
+        #expect(throws: FSError.self) { try resolve(fs, "x/inner.txt") }
+        #expect(eventually { (try? resolve(fs, "y/z.txt").size) == 3 })
+        #expect(try resolve(fs, "y").kind == .directory)
+    }
+
+    @Test func aRenameThatOnlyChangesCaseKeepsTheInode() throws {
+        dropbox.addFile("/Notes.txt", [1])
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let before = try resolve(fs, "Notes.txt").inode
+        invalidations.withLock { $0.removeAll() }
+        dropbox.journal([.file(FileMetadata(name: "NOTES.txt", id: "id:/notes.txt", pathLower: "/notes.txt",
+                                            pathDisplay: "/NOTES.txt", clientModified: 0, serverModified: 0,
+                                            rev: "aaaaaaaaa9", size: 1))])
+        #expect(eventually { (try? resolve(fs, "NOTES.txt")) != nil })
+        #expect(try resolve(fs, "NOTES.txt").inode == before)
+        #expect(throws: FSError.notFound) { try resolve(fs, "Notes.txt") }
+        #expect(try names(fs, .root) == ["NOTES.txt"])
+        #expect(invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "Notes.txt")))
+    }
+
+    @Test func aDeleteUnderAPathNeverListedChangesNothing() throws {
+        dropbox.addFile("/a.txt", [1])
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        dropbox.journal([.deleted(DeletedMetadata(name: "x", pathLower: "/never/listed/x", pathDisplay: "/never/listed/x"))])
+        dropbox.addFile("/b.txt", [2])   // a marker that the delete was processed before it
+        #expect(eventually { (try? resolve(fs, "b.txt")) != nil })
+        #expect(try names(fs, .root).sorted() == ["a.txt", "b.txt"])
+        #expect(fs.cacheFootprint.entries == 3, "the root and two files; no folders were created for the delete")
+    }
+
+    @Test func resetListsAgainAndDropsWhatVanished() throws {
+        dropbox.addFile("/keep.txt", [1])
+        dropbox.addFolder("/gone")
+        dropbox.addFile("/gone/inside.txt", [2])
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let keep = try resolve(fs, "keep.txt").inode
+        _ = try resolve(fs, "gone/inside.txt")
+        dropbox.silentlyRemove("/gone")
+        dropbox.resetCursors()
+        #expect(eventually { dropbox.counters.recursiveListFolder == 2 }, "reset starts a fresh recursive listing")
+        #expect(eventually { (try? resolve(fs, "gone")) == nil })
+        #expect(try resolve(fs, "keep.txt").inode == keep, "what survives keeps its inode")
+        #expect(eventually { fs.isFeedLive })
+        #expect(invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "gone")))
+    }
+
+    @Test func whileTheFeedIsDownTTLRulesApply() throws {
+        dropbox.addFile("/a.txt", [1])
+        let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(10)))
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        dropbox.fail(with: .transport(code: 7, message: "connection refused"))
+        #expect(eventually { !fs.isFeedLive })
+        #expect(fs.kernelCacheSeconds == 1)
+        clock.advance(by: 5)
+        #expect(try resolve(fs, "a.txt").size == 1, "within the TTL the tree still answers")
+        clock.advance(by: 10)
+        #expect(throws: FSError.self) { try resolve(fs, "a.txt") }
+        dropbox.fail(with: nil)
+        #expect(eventually { fs.isFeedLive })
+        #expect(try resolve(fs, "a.txt").size == 1)
+    }
+
+    @Test func aRemountLoadsTheSavedTreeAndCatchesUpWithContinueOnly() throws {
+        seedTree()
+        let store = InMemoryStore()
+        let first = makeFS(store: store)
+        try startLive(first)
+        first.stopChangeFeed()
+        first.persist()
+        #expect(store.load()?.entries.count == 222)
+
+        dropbox.addFile("/F5/added-while-unmounted.txt", [9, 9])
+        let before = dropbox.counters
+        let second = makeFS(store: store)
+        defer { second.stopChangeFeed() }
+        second.startChangeFeed()
+        #expect(try resolve(second, "F5/added-while-unmounted.txt").size == 2)
+        #expect(try names(second, try resolve(second, "F9").inode).count == 10)
+        #expect(dropbox.counters.listFolder == before.listFolder, "no folder listing")
+        #expect(dropbox.counters.recursiveListFolder == before.recursiveListFolder, "no full listing")
+        #expect(dropbox.counters.listContinue > before.listContinue, "caught up with continue")
+    }
+
+    @Test func bytesPerEntryStayCompact() throws {
+        var tree = Tree()
+        let count = 200_000
+        var folders: [Slot] = [.root]
+        for i in 0..<count {
+            if i % 100 == 0 {
+                folders.append(tree.upsert(parent: .root, name: "folder \(i / 100)", details: nil).0)
+                continue
+            }
+            let details = FileDetails(size: UInt64(i), modified: 1_700_000_000, id: "id:AAAAAAAAAAAAAAAAAAA\(i)",
+                                      rev: "0123456789abcdef", contentHash: String(repeating: "e", count: 64))
+            tree.upsert(parent: folders.last!, name: "IMG_\(i).jpg", details: details)
+        }
+        let perEntry = Double(tree.approximateBytes) / Double(tree.liveCount)
+        print("tree bytes per entry at \(count) entries: \(Int(perEntry))")
+        #expect(perEntry < 300)
+    }
+}

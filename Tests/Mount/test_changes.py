@@ -1,0 +1,95 @@
+"""issue 5: changes made on the server reach a live mount through the change feed."""
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import Emulator, Mount
+
+
+@pytest.fixture
+def live(tmp_path):
+    served = tmp_path / "served"
+    (served / "docs").mkdir(parents=True)
+    (served / "docs" / "a.txt").write_bytes(b"first\n")
+    (served / "docs" / "b.txt").write_bytes(b"bee\n")
+    emulator = Emulator(served)
+    mount = Mount(emulator, tmp_path / "mnt")
+    try:
+        yield served, mount.mountpoint
+    finally:
+        mount.unmount()
+        emulator.stop()
+
+
+def wait_for(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_added_removed_and_rewritten_files_are_seen_within_two_seconds(live):
+    served, mnt = live
+    assert sorted(os.listdir(mnt / "docs")) == ["a.txt", "b.txt"]
+    assert (mnt / "docs" / "a.txt").read_bytes() == b"first\n"
+    time.sleep(0.5)   # let the recursive listing finish and the feed go live
+
+    (served / "docs" / "new.txt").write_bytes(b"brand new\n")
+    assert wait_for(lambda: "new.txt" in os.listdir(mnt / "docs"), 2), "ls sees an added file"
+    assert (mnt / "docs" / "new.txt").read_bytes() == b"brand new\n"
+
+    (served / "docs" / "b.txt").unlink()
+    assert wait_for(lambda: not (mnt / "docs" / "b.txt").exists(), 2), "stat sees a removed file"
+    assert "b.txt" not in os.listdir(mnt / "docs")
+
+    (served / "docs" / "a.txt").write_bytes(b"second version, longer\n")
+    assert wait_for(lambda: os.stat(mnt / "docs" / "a.txt").st_size == 23, 2), "stat sees the new size"
+    assert subprocess.run(["cat", str(mnt / "docs" / "a.txt")], capture_output=True).stdout == b"second version, longer\n"
+
+    (served / "docs" / "sub").mkdir()
+    (served / "docs" / "sub" / "deep.txt").write_bytes(b"deep\n")
+    assert wait_for(lambda: (mnt / "docs" / "sub" / "deep.txt").exists(), 2), "a new folder and its file appear"
+
+
+def test_a_reader_never_mixes_sizes_and_bytes(live):
+    served, mnt = live
+    target = served / "docs" / "versions.bin"
+    # Version v is v+1 bytes, all of value v: any mix of size and content is detectable.
+    target.write_bytes(bytes([0]))
+    time.sleep(0.5)
+    assert wait_for(lambda: (mnt / "docs" / "versions.bin").exists(), 2)
+    stop = threading.Event()
+    problems = []
+
+    def writer():
+        for version in range(1, 60):
+            temporary = served / "docs" / ".versions.tmp"
+            temporary.write_bytes(bytes([version]) * (version + 1) * 1000)
+            os.replace(temporary, target)
+            time.sleep(0.05)
+        stop.set()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                data = (mnt / "docs" / "versions.bin").read_bytes()
+            except OSError:
+                continue   # a file replaced mid-read fails the read; that is allowed, mixing is not
+            if not data:
+                continue
+            version = data[0]
+            expected = 1 if version == 0 else (version + 1) * 1000
+            if len(data) != expected or data.count(version) != len(data):
+                problems.append((version, len(data)))
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert problems == []
