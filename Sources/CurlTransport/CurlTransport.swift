@@ -293,6 +293,10 @@ final class TransferSink {
         // "\r\n" is one Character in Swift, so test for newlines by property, not by literal.
         while let c = value.last, c.isNewline || c == " " || c == "\t" { value = value.dropLast() }
         headers[name] = String(value)
+        // One allocation for a large download instead of log2(n) regrowths; never beyond the cap.
+        if name == "content-length", let length = Int(value), length > 0, length <= limit {
+            body.reserveCapacity(length)
+        }
         return true
     }
 }

@@ -263,3 +263,52 @@ struct CurlHelperTests {
         #expect(!CurlTransport.isLoopback("http://example.com/?u=http://127.0.0.1"))
     }
 }
+
+@Suite("Client over TLS against the emulator", .serialized)
+struct EmulatorTLSTests {
+    /// A self-signed certificate for 127.0.0.1 (IP SAN only), made with openssl.
+    static func makeCertificate() throws -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-tls-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        p.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/key.pem", "-out", dir + "/cert.pem",
+                       "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        p.waitUntilExit()
+        try #require(p.terminationStatus == 0)
+        return dir
+    }
+
+    @Test func verifiesAgainstTheGivenCABundleAndReusesTheConnection() throws {
+        let certs = try Self.makeCertificate()
+        defer { try? FileManager.default.removeItem(atPath: certs) }
+        let content = randomBytes(100_000)
+        let f = try EmulatorFixture(files: ["a.bin": content]) {
+            $0.tlsCertificatePath = certs + "/cert.pem"; $0.tlsKeyPath = certs + "/key.pem"
+        }
+        #expect(f.server.baseURL.hasPrefix("https://127.0.0.1:"))
+        let endpoints = DropboxEndpoints(baseURL: f.server.baseURL)
+        let trusted = CurlTransport(caBundlePath: certs + "/cert.pem")
+        let client = DropboxHTTPClient(endpoints: endpoints, tokens: StaticAccessToken("emulator-token"), transport: trusted)
+        _ = try client.currentAccount()
+        #expect(try client.download(path: "/a.bin", range: 500..<90_000) == Array(content[500..<90_000]))
+        _ = try client.spaceUsage()
+        #expect(trusted.connectionsOpened == 1)
+
+        // Without the CA the peer is not trusted; under another name the host does not match.
+        let untrusted = DropboxHTTPClient(endpoints: endpoints, tokens: StaticAccessToken("emulator-token"),
+                                          transport: CurlTransport(caBundlePath: nil), retryPolicy: .never)
+        guard case .transport(let code, _)? = thrown({ () throws(DropboxError) in try untrusted.currentAccount() }) else {
+            Issue.record("an untrusted certificate was accepted"); return
+        }
+        #expect(code == 60)  // CURLE_PEER_FAILED_VERIFICATION
+        let byName = DropboxHTTPClient(endpoints: DropboxEndpoints(baseURL: "https://localhost:\(f.server.port)"),
+                                       tokens: StaticAccessToken("emulator-token"), transport: trusted, retryPolicy: .never)
+        guard case .transport(let nameCode, _)? = thrown({ () throws(DropboxError) in try byName.currentAccount() }) else {
+            Issue.record("a certificate for another host was accepted"); return
+        }
+        #expect(nameCode == 60)  // VERIFYHOST: the certificate names 127.0.0.1 only
+    }
+}
