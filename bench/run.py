@@ -90,17 +90,27 @@ def _stop(process, timeout=10):
 
 
 def _kill_group(process):
-    """Kills a workload tool started in its own session (its pipeline children included)."""
-    if process.poll() is not None:
+    """Kills a workload tool started in its own session (the children it forked included).
+    Once reaped, its pid (and group id) may belong to someone else: then nothing is signalled."""
+    if process.returncode is not None:
         return
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGKILL)      # its group id is its pid: start_new_session
     except (ProcessLookupError, PermissionError):
-        process.kill()
+        pass
+
+
+_stopping = False
 
 
 def cleanup():
-    """Unmounts our mounts, then stops our processes, newest first. Safe to call twice."""
+    """Stops our workload tools, unmounts our mounts, then stops the rest of our processes,
+    newest first. Safe to call twice."""
+    global _stopping
+    _stopping = True
+    for process in reversed(list(_children)):
+        if process.args and Path(str(process.args[0])).name not in ("dbx-mount", "dbx-emulator"):
+            _kill_group(process)
     for mountpoint in list(_mounts):
         if _is_mounted(mountpoint):
             subprocess.run(["fusermount3", "-u", str(mountpoint)], stderr=subprocess.DEVNULL, check=False, timeout=30)
@@ -113,27 +123,32 @@ def cleanup():
 
 
 def _on_signal(signum, _frame):
+    global _stopping
+    if _stopping:           # already cleaning up: let it finish
+        return
+    _stopping = True
     raise SystemExit(128 + signum)
 
 
 def run_tool(argv, timeout, stdout=subprocess.DEVNULL, env=None):
     """Runs one workload or baseline command in its own session; returns (seconds, stdout, stderr).
 
-    A timeout kills that command's process group and raises BenchError."""
+    A timeout kills that command's process group and raises BenchError; so does any interruption
+    (a signal), before the mount under it is unmounted."""
     start = time.monotonic()
     process = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE, env=env, start_new_session=True)
     _children.append(process)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(process)
-        try:
-            process.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         raise BenchError(f"{argv[0]} timed out after {timeout:.0f} s: {' '.join(map(str, argv))}")
     finally:
-        if process in _children:
+        _kill_group(process)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if process in _children and process.poll() is not None:
             _children.remove(process)
     elapsed = time.monotonic() - start
     if process.returncode != 0:
@@ -169,7 +184,7 @@ def run_parallel(argvs, timeout):
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            if p in _children:
+            if p in _children and p.poll() is not None:
                 _children.remove(p)
 
 
@@ -384,10 +399,12 @@ class Mount:
     def close(self):
         if _is_mounted(self.mountpoint):
             subprocess.run(["fusermount3", "-u", str(self.mountpoint)], stderr=subprocess.DEVNULL, check=False, timeout=30)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            _stop(self.process)
+        if not _is_mounted(self.mountpoint):
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        _stop(self.process)     # SIGTERM makes dbx-mount unmount itself
         if _is_mounted(self.mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], stderr=subprocess.DEVNULL, check=False, timeout=30)
         if self.mountpoint in _mounts:
@@ -491,16 +508,23 @@ def b_par_read(ctx):
     return {"seconds": seconds, "bytes": total, "check": total}
 
 
+TTFB_PROBE = """
+import hashlib, os, sys, time
+start = time.monotonic()
+fd = os.open(sys.argv[1], os.O_RDONLY)
+data = os.read(fd, 4096)
+seconds = time.monotonic() - start
+os.close(fd)
+print(seconds, len(data), hashlib.sha256(data).hexdigest())
+"""
+
+
 def w_ttfb(ctx, mnt):
-    path = mnt / ctx.layout["huge"]
-    start = time.monotonic()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = os.read(fd, 4096)
-    finally:
-        seconds = time.monotonic() - start
-        os.close(fd)
-    return {"seconds": seconds, "bytes": len(data), "check": hashlib.sha256(data).hexdigest()}
+    # A child process, so that a hung read is bounded by the step timeout like every other step.
+    _, out, _ = run_tool([sys.executable, "-c", TTFB_PROBE, str(mnt / ctx.layout["huge"])], ctx.timeout,
+                         stdout=subprocess.PIPE)
+    seconds, size, digest = out.decode().split()
+    return {"seconds": float(seconds), "bytes": int(size), "check": digest}
 
 
 def b_ttfb(ctx):
@@ -963,9 +987,16 @@ def main(argv=None):
             bins = args.bin_dir
         else:
             bins = build(skip=args.no_build)
+        workdir = Path(tempfile.mkdtemp(prefix="dbx-bench-"))
+        # A private copy of the binaries: a rebuild by someone else mid-run cannot change them.
+        (workdir / "bin").mkdir()
         for binary in ("dbx-mount", "dbx-emulator"):
             if not (bins / binary).exists():
                 raise BenchError(f"{bins / binary} is missing (build with swift build -c release)")
+            shutil.copy2(bins / binary, workdir / "bin" / binary)
+        bins = workdir / "bin"
+        version = subprocess.run([str(bins / "dbx-mount"), "--version"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True).stdout.strip()
         spec_name = "quick" if args.quick else "full"
         spec = SPECS[spec_name]
         root = generate_fixtures(args.fixtures.resolve() / spec_name, spec)
@@ -974,7 +1005,6 @@ def main(argv=None):
         if logdir.exists():
             shutil.rmtree(logdir)
         logdir.mkdir()
-        workdir = Path(tempfile.mkdtemp(prefix="dbx-bench-"))
         emulator = Emulator(bins / "dbx-emulator", root, args.metadata_latency_ms, args.bandwidth, logdir)
         log(f"emulator at {emulator.url} serving {root}; warming the server side")
         emulator.warm_up(root, fixture_layout(spec))
@@ -984,6 +1014,7 @@ def main(argv=None):
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine_info(),
             "git_commit": git_commit(),
+            "dbx_mount_version": version,
             "config": {
                 "quick": args.quick, "repeats": args.repeats,
                 "metadata_latency_ms": args.metadata_latency_ms, "read_latency_ms": args.read_latency_ms,
