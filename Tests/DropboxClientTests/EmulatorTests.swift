@@ -312,3 +312,24 @@ struct EmulatorTLSTests {
         #expect(nameCode == 60)  // VERIFYHOST: the certificate names 127.0.0.1 only
     }
 }
+
+@Suite("Client throughput against the emulator")
+struct EmulatorThroughputTests {
+    @Test func largeFileInBigRanges() throws {
+        let size = 64 << 20, chunk = 8 << 20
+        let content = randomBytes(size, seed: 3)
+        let f = try EmulatorFixture(files: ["big.bin": content])
+        var elapsed = Duration.zero
+        var offset = 0
+        while offset < size + chunk {
+            let start = ContinuousClock.now
+            let got = try f.client.download(path: "/big.bin", range: UInt64(offset)..<UInt64(offset + chunk))
+            elapsed += ContinuousClock.now - start
+            #expect(got == Array(content[min(offset, size)..<min(offset + chunk, size)]))
+            offset += chunk
+        }
+        print("64 MiB in 8 MiB ranges: \(elapsed)")
+        #expect(elapsed < .seconds(30))
+        #expect(f.transport.connectionsOpened == 1)
+    }
+}
