@@ -44,6 +44,17 @@ let package = Package(
             name: "DropboxFS",
             dependencies: ["DropboxClient", .product(name: "Logging", package: "swift-log")]
         ),
+        // The system SQLite (libsqlite3-dev), for MetadataCache only.
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", providers: [.apt(["libsqlite3-dev"])]),
+        // The persistent cache: a mount's tree and cursor in SQLite, so a remount needs no full listing.
+        .target(
+            name: "MetadataCache",
+            dependencies: [
+                "CSQLite", "DropboxFS",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         // Thin FUSE low-level adapter: unpacks C arguments, calls DropboxFS, replies exactly once.
         .target(
             name: "FUSEAdapter",
@@ -52,7 +63,7 @@ let package = Package(
         .executableTarget(
             name: "DBXMount",
             dependencies: [
-                "FUSEAdapter", "DropboxFS", "DropboxClient", "CurlTransport",
+                "FUSEAdapter", "DropboxFS", "DropboxClient", "CurlTransport", "MetadataCache",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -79,5 +90,6 @@ let package = Package(
         .testTarget(name: "DropboxFSTests", dependencies: ["DropboxFS", "DropboxClient"]),
         .testTarget(name: "DropboxClientTests", dependencies: ["DropboxClient", "CurlTransport", "DropboxEmulator"]),
         .testTarget(name: "DropboxEmulatorTests", dependencies: ["DropboxEmulator"]),
+        .testTarget(name: "MetadataCacheTests", dependencies: ["MetadataCache", "DropboxFS", "CSQLite"]),
     ]
 )
