@@ -68,22 +68,31 @@ public final class DropboxFS: Sendable {
             guard state.tree.isAlive(folder) else { throw .notFound }
             guard let child = state.tree.child(of: folder, folded: FoldedName(name)) else { throw .notFound }
             if !options.caseInsensitive && state.tree.name(child) != name { throw .notFound }
+            state.tree.markSizeReported(child)
             return attributes(of: child, in: state.tree)
         }
     }
 
-    /// The attributes of `inode`, refreshed from its parent's listing when that is stale.
+    /// The attributes of `inode` for the kernel (getattr), refreshed from its parent's listing when
+    /// that is stale.
     public func attributes(of inode: InodeNumber) throws(FSError) -> NodeAttributes {
+        let slot = try revalidate(inode)
+        return try state.withLock { state throws(FSError) -> NodeAttributes in
+            guard state.tree.isAlive(slot) else { throw .notFound }
+            state.tree.markSizeReported(slot)
+            return attributes(of: slot, in: state.tree)
+        }
+    }
+
+    /// Makes sure what the tree says of `inode` is fresh, listing its parent again if needed.
+    private func revalidate(_ inode: InodeNumber) throws(FSError) -> Slot {
         guard let slot = Slot(inode) else { throw .notFound }
         let parent = try state.withLock { state throws(FSError) -> Slot? in
             guard state.tree.isAlive(slot) else { throw .notFound }
             return slot == .root ? nil : state.tree.parent(slot)
         }
         if let parent { try ensureFreshListing(of: parent) }
-        return try state.withLock { state throws(FSError) -> NodeAttributes in
-            guard state.tree.isAlive(slot) else { throw .notFound }
-            return attributes(of: slot, in: state.tree)
-        }
+        return slot
     }
 
     /// The kernel dropped references to `inode`. Nodes stay (their numbers must stay stable while
@@ -100,22 +109,31 @@ public final class DropboxFS: Sendable {
             let tree = state.tree
             guard tree.isAlive(folder) else { throw .notFound }
             guard tree.isDirectory(folder) else { throw .notADirectory }
-            let parent = folder == .root ? folder : tree.parent(folder)
-            var entries = [DirectoryEntry(name: ".", attributes: attributes(of: folder, in: tree)),
-                           DirectoryEntry(name: "..", attributes: attributes(of: parent, in: tree))]
-            for child in tree.children(of: folder) {
-                entries.append(DirectoryEntry(name: tree.name(child), attributes: attributes(of: child, in: tree)))
-            }
+            var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
+            for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
             return state.addDirectoryHandle(entries)
         }
     }
 
-    /// Entries of an open directory from `offset` (an index into the snapshot) on.
-    public func readDirectory(_ handle: FileHandleID, from offset: Int) throws(FSError) -> ArraySlice<DirectoryEntry> {
-        try state.withLock { state throws(FSError) -> ArraySlice<DirectoryEntry> in
-            guard let entries = state.directoryHandles[handle] else { throw .badHandle }
-            guard offset >= 0, offset < entries.count else { return [] }
-            return entries[offset...]
+    /// Entries of an open directory from `offset` (an index into the snapshot) on, with attributes
+    /// as they are now: readdirplus hands them to the kernel, which must not get older ones than a
+    /// getattr answered in between. An entry removed since opendir is left out.
+    public func readDirectory(_ handle: FileHandleID, from offset: Int, limit: Int = .max) throws(FSError)
+        -> [DirectoryEntry]
+    {
+        try state.withLock { state throws(FSError) -> [DirectoryEntry] in
+            guard let snapshot = state.directoryHandles[handle] else { throw .badHandle }
+            guard offset >= 0, offset < snapshot.count else { return [] }
+            var entries: [DirectoryEntry] = []
+            for (name, slot) in snapshot[offset...].prefix(limit) {
+                guard state.tree.isAlive(slot) else {
+                    entries.append(DirectoryEntry(name: name, attributes: nil))
+                    continue
+                }
+                state.tree.markSizeReported(slot)
+                entries.append(DirectoryEntry(name: name, attributes: attributes(of: slot, in: state.tree)))
+            }
+            return entries
         }
     }
 
@@ -128,15 +146,19 @@ public final class DropboxFS: Sendable {
     /// Opens a file for reading, revalidating stale attributes first (close-to-open consistency),
     /// and pins the handle to the current rev.
     public func open(_ inode: InodeNumber) throws(FSError) -> OpenedFile {
-        _ = try attributes(of: inode)
-        guard let slot = Slot(inode) else { throw .notFound }
+        // Open sends the kernel no attributes, so it revalidates without marking the size reported.
+        let slot = try revalidate(inode)
         return try state.withLock { state throws(FSError) -> OpenedFile in
             guard state.tree.isAlive(slot) else { throw .notFound }
             guard let file = state.tree.details(slot) else { throw .isADirectory }
-            let unchanged = state.lastOpenedRev[slot] == file.rev
+            // The page cache is per inode. While a handle of another rev is open, its reads may
+            // still land there, so this handle bypasses the cache and keeps nothing.
+            let otherRevOpen = state.fileHandles.values.contains { $0.slot == slot && $0.rev != file.rev }
+            let unchanged = state.lastOpenedRev[slot] == file.rev && !otherRevOpen
             state.lastOpenedRev[slot] = file.rev
             let handle = state.addFileHandle(OpenFile(slot: slot, rev: file.rev, size: file.size))
-            return OpenedFile(handle: handle, contentUnchanged: unchanged)
+            return OpenedFile(handle: handle, contentUnchanged: unchanged,
+                              kernelSizeMayBeStale: !state.tree.isSizeReported(slot) || otherRevOpen)
         }
     }
 
@@ -146,19 +168,39 @@ public final class DropboxFS: Sendable {
             guard let file = state.fileHandles[handle] else { throw .badHandle }
             return file
         }
+        // Bytes of a rev that is no longer current must not reach the page cache, where a newer
+        // handle of the same inode would read them; so the rev is checked before and after. Even
+        // an end-of-file answer is one: the reader may hold newer pages below it.
+        try ensureCurrent(file)
         guard offset < file.size, size > 0 else { return [] }
         let end = min(file.size, offset + UInt64(size))
+        let bytes: [UInt8]
         do {
-            return try api.download(path: "rev:\(file.rev)", range: offset..<end)
+            bytes = try api.download(path: "rev:\(file.rev)", range: offset..<end)
         } catch {
             // The rev is gone only if the file changed after open; that is a failed read, not ENOENT.
             logger.warning("read failed", metadata: ["inode": "\(file.slot.inode)", "error": "\(error)"])
             throw error.isRoute("path") ? .upstream(error) : FSError(error)
         }
+        try ensureCurrent(file)
+        return bytes
+    }
+
+    private func ensureCurrent(_ file: OpenFile) throws(FSError) {
+        let current = state.withLock { $0.tree.isAlive(file.slot) ? $0.tree.details(file.slot)?.rev : nil }
+        guard current == file.rev else {
+            logger.info("file changed since open; failing the read", metadata: ["inode": "\(file.slot.inode)"])
+            throw .changedSinceOpen
+        }
     }
 
     public func release(_ handle: FileHandleID) {
-        _ = state.withLock { $0.fileHandles.removeValue(forKey: handle) }
+        state.withLock { state in
+            guard let file = state.fileHandles.removeValue(forKey: handle) else { return }
+            // A handle of a superseded rev may have left its pages in the cache: the next open
+            // must not keep them.
+            if state.tree.details(file.slot)?.rev != file.rev { state.lastOpenedRev[file.slot] = nil }
+        }
     }
 
     // MARK: - Filesystem
@@ -182,8 +224,7 @@ public final class DropboxFS: Sendable {
 
     /// Extended attributes shown on files: Dropbox's id, rev and content hash.
     public func extendedAttributes(of inode: InodeNumber) throws(FSError) -> [(name: String, value: String)] {
-        _ = try attributes(of: inode)
-        guard let slot = Slot(inode) else { throw .notFound }
+        let slot = try revalidate(inode)
         return state.withLock { state in
             guard let file = state.tree.details(slot) else { return [] }
             var attributes = [("user.dropbox.id", file.id), ("user.dropbox.rev", file.rev)]

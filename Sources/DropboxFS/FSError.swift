@@ -14,6 +14,9 @@ public enum FSError: Error, Sendable, Equatable {
     case badHandle
     /// The extended attribute does not exist on this node.
     case noAttribute
+    /// The file changed in Dropbox after this handle was opened: its bytes can no longer be served
+    /// without mixing versions in the kernel's page cache, which all handles of an inode share.
+    case changedSinceOpen
     /// Dropbox (or the way to it) failed; the operation cannot be answered correctly.
     case upstream(DropboxError)
 

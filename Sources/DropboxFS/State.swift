@@ -30,7 +30,7 @@ public enum KernelInvalidation: Sendable, Equatable {
 struct State {
     var tree = Tree()
     var fileHandles: [FileHandleID: OpenFile] = [:]
-    var directoryHandles: [FileHandleID: [DirectoryEntry]] = [:]
+    var directoryHandles: [FileHandleID: [(name: String, slot: Slot)]] = [:]
     var nextHandle: UInt64 = 1
     var lastOpenedRev: [Slot: String] = [:]
     var statistics: (FilesystemStatistics, Double)?
@@ -43,7 +43,7 @@ struct State {
         return handle
     }
 
-    mutating func addDirectoryHandle(_ entries: [DirectoryEntry]) -> FileHandleID {
+    mutating func addDirectoryHandle(_ entries: [(name: String, slot: Slot)]) -> FileHandleID {
         let handle = FileHandleID(nextHandle)
         nextHandle += 1
         directoryHandles[handle] = entries

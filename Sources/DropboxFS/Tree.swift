@@ -57,6 +57,8 @@ struct Tree {
         static let alive: UInt16 = 2
         /// A folder whose children are all known (listed whole, or filled by a finished recursive listing).
         static let complete: UInt16 = 4
+        /// A file whose current size has been given to the kernel since its content last changed.
+        static let sizeReported: UInt16 = 8
     }
 
     private var records: [Record] = []
@@ -185,6 +187,7 @@ struct Tree {
                 if let details, self.details(existing) != details {
                     let contentChanged = self.details(existing)?.rev != details.rev
                     setDetails(existing, details)
+                    if contentChanged { records[Int(existing.index)].flags &= ~Flag.sizeReported }
                     outcome = .updated(contentChanged: contentChanged, renamedFrom: renamedFrom)
                 }
                 return (existing, outcome)
@@ -224,6 +227,12 @@ struct Tree {
         records[Int(slot.index)].firstChild = Slot.none.index
         liveCount -= 1
         compactArenaIfWasteful()
+    }
+
+    func isSizeReported(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.sizeReported != 0 }
+
+    mutating func markSizeReported(_ slot: Slot) {
+        records[Int(slot.index)].flags |= Flag.sizeReported
     }
 
     mutating func markComplete(_ folder: Slot, listedAt: Double) {

@@ -31,7 +31,9 @@ public struct NodeAttributes: Sendable, Equatable {
 /// One entry of a directory handle, with what readdirplus needs besides the name.
 public struct DirectoryEntry: Sendable, Equatable {
     public var name: String
-    public var attributes: NodeAttributes
+    /// nil when the entry was removed after the directory was opened: its place in the offsets
+    /// stays, but nothing is shown for it.
+    public var attributes: NodeAttributes?
 }
 
 /// What `statfs` shows: sizes in bytes from `users/get_space_usage`.
@@ -54,6 +56,10 @@ public struct OpenedFile: Sendable {
     /// True when the kernel's cached pages for this inode are still valid: the rev is the one
     /// the previous open saw, so `keep_cache` cannot serve stale bytes.
     public var contentUnchanged: Bool
+    /// True when cached reads could mix versions: the content changed since the kernel was last
+    /// told the file's size (cached reads are clamped to it), or a handle of another rev is still
+    /// open. Such a handle bypasses the page cache (`direct_io`).
+    public var kernelSizeMayBeStale: Bool = false
 }
 
 /// Options a user sets at mount time that shape what the core answers.

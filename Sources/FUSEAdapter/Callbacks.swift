@@ -98,6 +98,7 @@ enum Callbacks {
         case .success(let opened):
             info.pointee.fh = opened.handle.rawValue
             dbx_fi_set_keep_cache(info, opened.contentUnchanged ? 1 : 0)
+            dbx_fi_set_direct_io(info, opened.kernelSizeMayBeStale ? 1 : 0)
             reply.open(info)
         case .failure(let error):
             reply.failure(error)
@@ -157,11 +158,12 @@ enum Callbacks {
         let reply = Reply(req)
         let mount = context(req)
         let timeouts = mount.timeouts
-        let entries: ArraySlice<DirectoryEntry>
+        // Entries are at least 24 bytes in the buffer, so this many always cover a full reply.
+        let entries: [DirectoryEntry]
         switch Result(catching: { () throws(FSError) in
-            try mount.filesystem.readDirectory(FileHandleID(handle), from: Int(offset))
+            try mount.filesystem.readDirectory(FileHandleID(handle), from: Int(offset), limit: size / 24 + 1)
         }) {
-        case .success(let slice): entries = slice
+        case .success(let batch): entries = batch
         case .failure(let error): return reply.failure(error)
         }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 8)
@@ -170,22 +172,23 @@ enum Callbacks {
         var next = offset
         for entry in entries {
             next += 1
+            guard let attributes = entry.attributes else { continue }   // removed since opendir
             let remaining = size - used
             let slot = buffer.baseAddress!.advanced(by: used).assumingMemoryBound(to: CChar.self)
             let needed: Int
             let isDot = entry.name == "." || entry.name == ".."
             if plus {
                 var param = fuse_entry_param()
-                param.attr = stat(entry.attributes)
+                param.attr = stat(attributes)
                 if !isDot {
-                    param.ino = entry.attributes.inode.rawValue
+                    param.ino = attributes.inode.rawValue
                     param.generation = 1
                     param.attr_timeout = timeouts.attributes
                     param.entry_timeout = timeouts.entry
                 }
                 needed = fuse_add_direntry_plus(req, slot, remaining, entry.name, &param, next)
             } else {
-                var attr = stat(entry.attributes)
+                var attr = stat(attributes)
                 needed = fuse_add_direntry(req, slot, remaining, entry.name, &attr, next)
             }
             if needed > remaining { break }
