@@ -5,6 +5,7 @@ import DropboxFS
 import FUSEAdapter
 import Foundation
 import Logging
+import MetadataCache
 
 @main
 struct DBXMountCommand: ParsableCommand {
@@ -14,7 +15,7 @@ struct DBXMountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The access token comes from DBX_ACCESS_TOKEN or --token-file, never from the command line. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """,
@@ -54,6 +55,13 @@ struct DBXMountCommand: ParsableCommand {
 
     @Flag(help: "Match names case-insensitively, as Dropbox does (names still show as Dropbox has them).")
     var caseInsensitive = false
+
+    @Option(help: ArgumentHelp("Where the persistent metadata cache lives (default: $XDG_CACHE_HOME/dbx-mount or ~/.cache/dbx-mount).",
+                               valueName: "path"))
+    var cacheDir: String?
+
+    @Flag(help: "Keep no persistent metadata cache: every mount lists the whole folder again.")
+    var noCache = false
 
     mutating func run() throws {
         do throws(UsageError) {
@@ -99,8 +107,9 @@ struct DBXMountCommand: ParsableCommand {
                                        transport: CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"]))
 
         // Check the token and the folder before mounting, so a bad one fails here, loudly.
+        let account: Account
         do {
-            _ = try client.currentAccount()
+            account = try client.currentAccount()
         } catch {
             if case .auth = error { fail("\(error); check DBX_ACCESS_TOKEN or --token-file", code: 1) }
             fail("\(error) (\(endpoints.api))", code: 1)
@@ -128,7 +137,12 @@ struct DBXMountCommand: ParsableCommand {
             uid: try options.number("uid") ?? getuid(), gid: try options.number("gid") ?? getgid(),
             umask: try options.number("umask", radix: 8),
             caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
-        let filesystem = DropboxFS(api: client, options: filesystemOptions, folderModified: Int64(time(nil)), logger: logger)
+        // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
+        let store: DeferredStore? = noCache || options.settings["no_cache"] != nil ? nil : DeferredStore(
+            directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,
+            key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n"), logger: logger)
+        let filesystem = DropboxFS(api: client, options: filesystemOptions, folderModified: Int64(time(nil)),
+                                   logger: logger, store: store)
         let context = MountContext(filesystem: filesystem, logger: logger)
 
         var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]

@@ -170,24 +170,25 @@ extension DropboxFS {
         }
     }
 
-    /// Saves the tree and its cursor, if there is a store and a cursor.
-    func persist() {
+    /// Saves the tree and its cursor, if there is a store and a cursor. The tree is copied under
+    /// the lock (copy-on-write makes that O(1)) and walked outside it, so lookups never wait on a
+    /// save of a large tree.
+    public func persist() {
         guard let store else { return }
-        let snapshot = state.withLock { state -> PersistedTree? in
+        guard let (tree, cursor) = state.withLock({ state -> (Tree, String)? in
             guard let cursor = state.feed.cursor, !state.feed.catchingUp else { return nil }
-            var entries: [PersistedEntry] = []
-            entries.reserveCapacity(state.tree.liveCount)
-            let tree = state.tree
-            tree.walk { slot in
-                let path = tree.components(slot).map { "/" + $0 }.joined()
-                let file = tree.details(slot).map {
-                    PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash)
-                }
-                entries.append(PersistedEntry(path: path, file: file))
+            return (state.tree, cursor)
+        }) else { return }
+        var entries: [PersistedEntry] = []
+        entries.reserveCapacity(tree.liveCount)
+        tree.walk { slot in
+            let path = tree.components(slot).map { "/" + $0 }.joined()
+            let file = tree.details(slot).map {
+                PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash)
             }
-            return PersistedTree(cursor: cursor, entries: entries)
+            entries.append(PersistedEntry(path: path, file: file))
         }
-        if let snapshot { store.save(snapshot) }
+        store.save(PersistedTree(cursor: cursor, entries: entries))
     }
 
     private func metadata(for entry: PersistedEntry) -> Metadata {

@@ -56,6 +56,7 @@ public final class FUSESession {
     deinit {
         let mount = context.takeUnretainedValue()
         mount.filesystem.stopChangeFeed()
+        mount.filesystem.persist()   // the next mount starts from this tree and catches up
         mount.invalidator.withLock { $0 }?.stop()
         fuse_remove_signal_handlers(session)
         if mounted { fuse_session_unmount(session) }

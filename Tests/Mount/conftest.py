@@ -129,8 +129,10 @@ class Mount:
     def __init__(self, emulator: Emulator, mountpoint: Path, *args: str, token: str = TOKEN):
         self.mountpoint = mountpoint
         mountpoint.mkdir(parents=True, exist_ok=True)
+        # The persistent cache goes to the test's own folder, never the user's ~/.cache.
         env = dict(os.environ, DBX_ACCESS_TOKEN=token, DBX_API_URL=emulator.url,
-                   DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url)
+                   DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url,
+                   XDG_CACHE_HOME=str(mountpoint.parent / "cache"))
         self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, str(mountpoint)], env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30

@@ -93,3 +93,45 @@ def test_a_reader_never_mixes_sizes_and_bytes(live):
     for t in threads:
         t.join(timeout=60)
     assert problems == []
+
+
+def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):
+    served = tmp_path / "served"
+    for f in range(5):
+        (served / f"folder{f}").mkdir(parents=True)
+        for i in range(20):
+            (served / f"folder{f}" / f"file{i}.txt").write_bytes(b"x" * i)
+    emulator = Emulator(served)
+    try:
+        first = Mount(emulator, tmp_path / "mnt")
+        assert len(subprocess.run(["find", str(first.mountpoint)], capture_output=True, text=True).stdout.split()) == 106
+        time.sleep(0.5)
+        first.unmount()                     # the tree is saved when the feed goes live and on unmount
+        cache = tmp_path / "cache" / "dbx-mount"
+        assert any(p.suffix == ".sqlite" for p in cache.iterdir()), "a cache file was written"
+
+        (served / "folder3" / "added-while-unmounted.txt").write_bytes(b"new\n")
+        reset_stats(emulator)
+        second = Mount(emulator, tmp_path / "mnt")
+        try:
+            found = subprocess.run(["find", str(second.mountpoint)], capture_output=True, text=True).stdout.split()
+            assert len(found) == 107
+            assert (second.mountpoint / "folder3" / "added-while-unmounted.txt").read_bytes() == b"new\n"
+            calls = stats(emulator)["requests"]
+            assert calls.get("files/list_folder", 0) == 0, calls
+            assert calls.get("files/list_folder/continue", 0) >= 1, calls
+        finally:
+            second.unmount()
+    finally:
+        emulator.stop()
+
+
+def stats(emulator):
+    import json
+    import urllib.request
+    return json.load(urllib.request.urlopen(emulator.url + "/__stats", timeout=10))
+
+
+def reset_stats(emulator):
+    import urllib.request
+    urllib.request.urlopen(urllib.request.Request(emulator.url + "/__stats/reset", method="POST"), timeout=10)

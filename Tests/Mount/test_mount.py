@@ -224,7 +224,7 @@ def test_daemon_mode_returns_once_mounted(emulator, served, tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url, DBX_CONTENT_URL=emulator.url,
-               DBX_NOTIFY_URL=emulator.url)
+               DBX_NOTIFY_URL=emulator.url, XDG_CACHE_HOME=str(tmp_path / "cache"))
     try:
         result = subprocess.run([str(DBX_MOUNT), str(mnt)], env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr

@@ -1,0 +1,38 @@
+import DropboxFS
+import Logging
+import MetadataCache
+import Synchronization
+
+/// Opens the SQLite cache on first use rather than at startup: the store is first used by the sync
+/// thread, after libfuse's daemonizing fork, and SQLite connections must not cross a fork.
+final class DeferredStore: MetadataStore {
+    private let directory: String
+    private let key: String
+    private let logger: Logger
+    private let opened = Mutex<(tried: Bool, store: SQLiteMetadataStore?)>((false, nil))
+
+    init(directory: String, key: String, logger: Logger) {
+        self.directory = directory
+        self.key = key
+        self.logger = logger
+    }
+
+    private var store: SQLiteMetadataStore? {
+        opened.withLock { opened in
+            if !opened.tried {
+                opened.tried = true
+                do {
+                    opened.store = try SQLiteMetadataStore(directory: directory, key: key, logger: logger)
+                } catch {
+                    logger.warning("persistent cache unavailable; continuing without it",
+                                   metadata: ["directory": "\(directory)", "error": "\(error)"])
+                }
+            }
+            return opened.store
+        }
+    }
+
+    func load() -> PersistedTree? { store?.load() }
+    func save(_ tree: PersistedTree) { store?.save(tree) }
+    func clear() { store?.clear() }
+}
