@@ -7,19 +7,19 @@ import Foundation
 import Logging
 import MetadataCache
 
-@main
-struct DBXMountCommand: ParsableCommand {
+/// `dbx-mount [mount] [OPTIONS] [SOURCE] MOUNTPOINT`: the default subcommand, so mount.fuse3 and
+/// fstab keep calling `dbx-mount SOURCE MOUNTPOINT -o ...` unchanged.
+struct MountCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "dbx-mount",
-        abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem.",
+        commandName: "mount",
+        abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem (the default).",
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The access token comes from DBX_ACCESS_TOKEN or --token-file, never from the command line. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
             -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
-            """,
-        version: "0.1.0"
+            """
     )
 
     @Argument(help: ArgumentHelp("[SOURCE] MOUNTPOINT: the Dropbox folder to show (default: the whole account) and where.",

@@ -1,0 +1,17 @@
+import ArgumentParser
+
+/// The root command. `mount` is the default subcommand, so `dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT`
+/// (and mount.fuse3's `dbx-mount SOURCE MOUNTPOINT -o ...`) work without naming it.
+@main
+struct DBXMountCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dbx-mount",
+        abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem.",
+        discussion: """
+            Without a subcommand, dbx-mount mounts: dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT (see dbx-mount mount --help).
+            """,
+        version: "0.1.0",
+        subcommands: [MountCommand.self],
+        defaultSubcommand: MountCommand.self
+    )
+}
