@@ -30,7 +30,7 @@ struct DBXEmulatorCommand: ParsableCommand {
     @Option(name: .customLong("truncate-rate"), help: "Fraction (0-1) of download bodies cut short.") var truncateRate: Double = 0
     @Option(help: "Seed for the failure and truncation dice.") var seed: UInt64 = 1
     @Option(name: .customLong("rate-limit"), help: "API requests per second before 429 with Retry-After.") var rateLimit: Int?
-    @Option(name: .customLong("page-size"), help: "Maximum (and default) entries per list_folder page.") var pageSize: Int = 500
+    @Option(name: .customLong("page-size"), help: "Maximum entries per list_folder page (a request's limit is honoured up to it; 500 without one).") var pageSize: Int = 2000
     @Option(name: .customLong("refresh-token"), help: "Refresh token accepted by /oauth2/token (needs --app-key).") var refreshToken: String?
     @Option(name: .customLong("app-key"), help: "client_id that goes with --refresh-token.") var appKey: String?
     @Option(name: .customLong("token-lifetime"), help: "Lifetime in seconds of access tokens issued by /oauth2/token.") var tokenLifetime: Int = 14400

@@ -26,8 +26,11 @@ public struct EmulatorConfiguration: Sendable {
     public var seed: UInt64 = 1
     /// API requests per second across all clients; beyond it, 429 with Retry-After.
     public var requestsPerSecond: Int? = nil
-    /// Maximum entries per list_folder page, and the page size when no `limit` is given.
-    public var pageSizeCap: Int = 500
+    /// Maximum entries per list_folder page. Dropbox honours `limit` up to 2000, so that is the
+    /// default; a test lowers it to exercise paging.
+    public var pageSizeCap: Int = 2000
+    /// Entries per page when the request gives no `limit` (Dropbox leaves it unspecified).
+    public static let defaultPageSize = 500
     /// A refresh token accepted by /oauth2/token together with `appKey` as client_id.
     public var refreshToken: String? = nil
     public var appKey: String? = nil

@@ -411,7 +411,7 @@ final class Router: Sendable {
     }
 
     private func page(cursor: Cursor) -> Reply {
-        let pageSize = min(cursor.limit ?? Int.max, server.currentKnobs.pageSizeCap)
+        let pageSize = min(cursor.limit ?? EmulatorConfiguration.defaultPageSize, server.currentKnobs.pageSizeCap)
         var next = cursor
         let page: Page
         if let resume = cursor.resume {

@@ -39,7 +39,7 @@ import Testing
             _ = f.curl("/__admin/knobs", ["-X", "POST", "--data-binary", #"{"fail_rate":0}"#])
             #expect(f.rpc("users/get_space_usage", "null").status == 200)
             #expect(f.curl("/__admin/knobs", ["-X", "POST", "--data-binary", #"{"nope":1}"#]).status == 400)
-            #expect(f.curl("/__admin/knobs").json["page_size"] as? Int == 500)
+            #expect(f.curl("/__admin/knobs").json["page_size"] as? Int == 2000)
         }
     }
 
