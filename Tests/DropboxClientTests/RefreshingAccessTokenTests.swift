@@ -1,0 +1,288 @@
+// RefreshingAccessToken against the emulator's /oauth2/token with short-lived access tokens: the
+// first refresh, refresh before expiry, refresh on 401, single-flight under concurrency, and a
+// refused refresh token (revoked or unknown) failing with `.auth` and one log line.
+
+@testable import CurlTransport
+@testable import DropboxClient
+import DropboxEmulator
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+private let appKey = "test-app-key"
+private let refreshToken = "R3fresh-SECRET-refresh-token"
+
+/// Records log lines, so a test can count them and look for tokens in them.
+final class LogRecorder: Sendable {
+    private let lines = Mutex<[(Logger.Level, String)]>([])
+    var recorded: [(Logger.Level, String)] { lines.withLock { $0 } }
+
+    var logger: Logger {
+        Logger(label: "test") { _ in Handler(recorder: self) }
+    }
+
+    struct Handler: LogHandler {
+        let recorder: LogRecorder
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
+                 file: String, function: String, line: UInt) {
+            let text = "\(message) \(metadata ?? [:])"
+            recorder.lines.withLock { $0.append((level, text)) }
+        }
+    }
+}
+
+/// An emulator that grants access tokens living `lifetime`, and a client whose tokens come from a
+/// `RefreshingAccessToken` on the emulator's refresh token.
+private final class RefreshFixture: Sendable {
+    let emulator: EmulatorFixture
+    let provider: RefreshingAccessToken
+    let client: DropboxHTTPClient
+    let log = LogRecorder()
+
+    init(lifetime: Duration, refresh: String = refreshToken, initial: (token: String, expiresIn: Int)? = nil,
+         files: [String: [UInt8]] = ["a.txt": Array("hello\n".utf8)]) throws {
+        emulator = try EmulatorFixture(files: files) { c in
+            c.refreshToken = refreshToken
+            c.appKey = appKey
+            c.accessTokenLifetime = lifetime
+        }
+        provider = RefreshingAccessToken(refreshToken: refresh, endpoint: emulator.endpoint, initial: initial,
+                                         retryPolicy: .fast, logger: log.logger)
+        client = DropboxHTTPClient(endpoints: DropboxEndpoints(baseURL: emulator.server.baseURL), tokens: provider,
+                                   transport: emulator.transport, retryPolicy: .fast)
+    }
+}
+
+extension EmulatorFixture {
+    var endpoint: OAuthTokenEndpoint {
+        OAuthTokenEndpoint(endpoints: DropboxEndpoints(baseURL: server.baseURL), appKey: appKey, transport: transport)
+    }
+
+    /// The emulator's request count for `route` (e.g. `oauth2/token`).
+    func requests(_ route: String) throws -> Int {
+        let response = try transport.send(HTTPRequest(method: .get, url: server.baseURL + "/__stats"))
+        let json = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
+        return (json?["requests"] as? [String: Any])?[route] as? Int ?? 0
+    }
+}
+
+/// Runs `body` on `count` threads at once.
+private func concurrently(_ count: Int, _ body: @Sendable @escaping (Int) -> Void) {
+    DispatchQueue.concurrentPerform(iterations: count, execute: body)
+}
+
+@Suite("RefreshingAccessToken against the emulator")
+struct RefreshingAccessTokenTests {
+    @Test func firstCallRefreshesThenReusesTheToken() throws {
+        let f = try RefreshFixture(lifetime: .seconds(3600))
+        let account = try f.client.currentAccount()
+        #expect(!account.accountID.isEmpty)
+        _ = try f.client.listFolder(path: "", recursive: false, limit: nil)
+        #expect(f.provider.refreshCount == 1)
+        #expect(try f.emulator.requests("oauth2/token") == 1)
+    }
+
+    @Test func concurrentCallersShareOneRefresh() throws {
+        let f = try RefreshFixture(lifetime: .seconds(3600))
+        let failures = Mutex(0)
+        concurrently(32) { _ in
+            do { _ = try f.client.listFolder(path: "", recursive: false, limit: nil) } catch {
+                failures.withLock { $0 += 1 }
+            }
+        }
+        #expect(failures.withLock { $0 } == 0)
+        #expect(f.provider.refreshCount == 1)
+        #expect(try f.emulator.requests("oauth2/token") == 1)
+    }
+
+    @Test func refreshesBeforeExpiry() throws {
+        // A 2 s token is replaced after 1.5 s (a quarter of its life before expiry), so a call at
+        // 1.7 s gets a new token without ever meeting a 401.
+        let f = try RefreshFixture(lifetime: .seconds(2))
+        let first = try f.provider.accessToken()
+        _ = try f.client.currentAccount()
+        Thread.sleep(forTimeInterval: 1.7)
+        let second = try f.provider.accessToken()
+        #expect(second != first)
+        #expect(f.provider.refreshCount == 2)
+        _ = try f.client.currentAccount()
+        #expect(try f.emulator.requests("oauth2/token") == 2)
+    }
+
+    @Test func expiredTokenIsRefreshedOnceOn401() throws {
+        // An access token the emulator has already expired, handed in as if it had an hour left:
+        // only the server's 401 `expired_access_token` can reveal it.
+        let setup = try RefreshFixture(lifetime: .seconds(1))
+        let stale = try setup.emulator.endpoint.refresh(refreshToken: refreshToken).accessToken
+        Thread.sleep(forTimeInterval: 1.2)
+        let provider = RefreshingAccessToken(refreshToken: refreshToken, endpoint: setup.emulator.endpoint,
+                                             initial: (stale, 3600), retryPolicy: .fast)
+        let client = DropboxHTTPClient(endpoints: DropboxEndpoints(baseURL: setup.emulator.server.baseURL),
+                                       tokens: provider, transport: setup.emulator.transport, retryPolicy: .fast)
+        _ = try client.currentAccount()
+        #expect(provider.refreshCount == 1)
+    }
+
+    @Test func concurrent401sShareOneRefresh() throws {
+        let setup = try RefreshFixture(lifetime: .seconds(1))
+        let stale = try setup.emulator.endpoint.refresh(refreshToken: refreshToken).accessToken
+        Thread.sleep(forTimeInterval: 1.2)
+        let before = try setup.emulator.requests("oauth2/token")
+        let provider = RefreshingAccessToken(refreshToken: refreshToken, endpoint: setup.emulator.endpoint,
+                                             initial: (stale, 3600), retryPolicy: .fast)
+        let client = DropboxHTTPClient(endpoints: DropboxEndpoints(baseURL: setup.emulator.server.baseURL),
+                                       tokens: provider, transport: setup.emulator.transport, retryPolicy: .fast)
+        let failures = Mutex<[String]>([])
+        concurrently(24) { _ in
+            do { _ = try client.listFolder(path: "", recursive: false, limit: nil) } catch {
+                failures.withLock { $0.append("\(error)") }
+            }
+        }
+        #expect(failures.withLock { $0 } == [])
+        #expect(provider.refreshCount == 1)
+        #expect(try setup.emulator.requests("oauth2/token") == before + 1)
+    }
+
+    @Test func readsInFlightSurviveManyRefreshes() throws {
+        // 1 s tokens, eight threads reading for 3.5 s: several refreshes, not one failed call.
+        let f = try RefreshFixture(lifetime: .seconds(1), files: ["big.bin": Array(repeating: 7, count: 1 << 20)])
+        let failures = Mutex<[String]>([])
+        let deadline = Date().addingTimeInterval(3.5)
+        concurrently(8) { i in
+            while Date() < deadline {
+                do {
+                    if i.isMultiple(of: 2) {
+                        _ = try f.client.download(path: "/big.bin", range: 0..<(1 << 20))
+                    } else {
+                        _ = try f.client.listFolder(path: "", recursive: true, limit: nil)
+                    }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+            }
+        }
+        #expect(failures.withLock { $0 } == [])
+        #expect(f.provider.refreshCount >= 3)
+    }
+
+    @Test func unknownRefreshTokenFailsWithAuthAndLogsOnce() throws {
+        let f = try RefreshFixture(lifetime: .seconds(3600), refresh: "not-the-SECRET-refresh-token")
+        for _ in 0..<5 {
+            let error = thrown { () throws(DropboxError) -> Account in try f.client.currentAccount() }
+            guard case .auth(let tag, _)? = error else {
+                Issue.record("expected an auth error, got \(String(describing: error))")
+                return
+            }
+            #expect(tag == "invalid_grant")
+            #expect(!"\(error!)".contains("SECRET"))
+        }
+        // Refused once, then remembered: no second call to the token endpoint, one log line.
+        #expect(try f.emulator.requests("oauth2/token") == 1)
+        let errors = f.log.recorded.filter { $0.0 >= .error }
+        #expect(errors.count == 1)
+        #expect(errors.first?.1.contains("invalid_grant") == true)
+        #expect(!f.log.recorded.contains { $0.1.contains("SECRET") })
+    }
+
+    @Test func revokedRefreshTokenFailsWithAuth() throws {
+        let f = try RefreshFixture(lifetime: .seconds(1))
+        let access = try f.provider.accessToken()
+        try OAuthTokenEndpoint.revoke(accessToken: access, endpoints: DropboxEndpoints(baseURL: f.emulator.server.baseURL),
+                                      transport: f.emulator.transport)
+        Thread.sleep(forTimeInterval: 1.1)
+        let error = thrown { () throws(DropboxError) -> Account in try f.client.currentAccount() }
+        guard case .auth(let tag, _)? = error else {
+            Issue.record("expected an auth error, got \(String(describing: error))")
+            return
+        }
+        #expect(tag == "invalid_grant")
+        #expect(!f.log.recorded.contains { $0.1.contains(refreshToken) || $0.1.contains(access) })
+    }
+
+    @Test func descriptionsNeverShowATokenAndReflectionHasNoChildren() throws {
+        let f = try RefreshFixture(lifetime: .seconds(3600))
+        _ = try f.provider.accessToken()
+        var dumped = ""
+        dump(f.provider, to: &dumped)
+        #expect(!dumped.contains("SECRET"))
+        #expect(!"\(f.provider)".contains("SECRET"))
+        let grant = try f.emulator.endpoint.refresh(refreshToken: refreshToken)
+        var grantDump = ""
+        dump(grant, to: &grantDump)
+        #expect(!grantDump.contains(grant.accessToken))
+        #expect(!"\(grant)".contains(grant.accessToken))
+    }
+}
+
+@Suite("RefreshingAccessToken with a fake token endpoint")
+struct RefreshingAccessTokenFakeTests {
+    private func endpoint(_ transport: FakeTransport) -> OAuthTokenEndpoint {
+        OAuthTokenEndpoint(tokenURL: "https://api.test/oauth2/token", appKey: "k", transport: transport)
+    }
+
+    @Test func refreshRequestIsFormEncodedWithoutSecret() throws {
+        let transport = FakeTransport { _, _ throws(DropboxError) in
+            response(#"{"access_token":"sl.A","token_type":"bearer","expires_in":14400}"#)
+        }
+        let provider = RefreshingAccessToken(refreshToken: "r+/=", endpoint: endpoint(transport), retryPolicy: .fast)
+        #expect(try provider.accessToken() == "sl.A")
+        let request = try #require(transport.requests.first)
+        #expect(request.url == "https://api.test/oauth2/token")
+        #expect(request.header("Content-Type") == "application/x-www-form-urlencoded")
+        #expect(request.bodyText == "grant_type=refresh_token&refresh_token=r%2B%2F%3D&client_id=k")
+        #expect(request.header("Authorization") == nil)
+    }
+
+    @Test func transientFailuresAreRetried() throws {
+        let transport = FakeTransport(script: [
+            .success(response(503, "busy")),
+            .failure(.transport(code: 7, message: "refused")),
+            .success(response(#"{"access_token":"sl.B","expires_in":100}"#)),
+        ])
+        let provider = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), retryPolicy: .fast)
+        #expect(try provider.accessToken() == "sl.B")
+        #expect(transport.requests.count == 3)
+    }
+
+    @Test func oldTokenServesWhileRefreshFailsTransiently() throws {
+        // The proactive refresh (a quarter-life before expiry) fails; the old token is still good.
+        let transport = FakeTransport { _, _ throws(DropboxError) in response(500, "down") }
+        let provider = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), initial: ("sl.old", 0),
+                                             retryPolicy: .never)
+        // Lifetime 0: expired at once, so with no usable token the failure surfaces.
+        #expect(thrown { () throws(DropboxError) -> String in try provider.accessToken() } == .server(status: 500, body: "down"))
+        // Lifetime 1 s: refreshed from 0.75 s on; at 0.8 s the refresh fails but the token still serves.
+        let fresh = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), initial: ("sl.old", 1),
+                                          retryPolicy: .never)
+        Thread.sleep(forTimeInterval: 0.8)
+        let before = transport.requests.count
+        #expect(try fresh.accessToken() == "sl.old")
+        #expect(transport.requests.count == before + 1)
+        // And the failed refresh is not retried on every call.
+        #expect(try fresh.accessToken() == "sl.old")
+        #expect(transport.requests.count == before + 1)
+    }
+
+    @Test func refusedGrantIsAnAuthErrorWithTheTokenCutOut() throws {
+        let transport = FakeTransport { _, _ throws(DropboxError) in
+            response(400, #"{"error":"invalid_grant","error_description":"token r-SECRET is revoked"}"#)
+        }
+        let provider = RefreshingAccessToken(refreshToken: "r-SECRET", endpoint: endpoint(transport), retryPolicy: .fast)
+        let error = thrown { () throws(DropboxError) -> String in try provider.accessToken() }
+        guard case .auth(let tag, let summary)? = error else {
+            Issue.record("expected .auth, got \(String(describing: error))")
+            return
+        }
+        #expect(tag == "invalid_grant")
+        #expect(!summary.contains("SECRET"))
+        #expect(thrown { () throws(DropboxError) in try provider.tokenExpired("anything") } == error)
+        #expect(transport.requests.count == 1)
+    }
+}
