@@ -8,10 +8,10 @@ struct DBXMountCommand: ParsableCommand {
         commandName: "dbx-mount",
         abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem.",
         discussion: """
-            Without a subcommand, dbx-mount mounts: dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT (see dbx-mount mount --help).
+            Without a subcommand, dbx-mount mounts: dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT (see dbx-mount mount --help). Sign in first with dbx-mount auth, or give a token through DBX_ACCESS_TOKEN or --token-file.
             """,
         version: "0.1.0",
-        subcommands: [MountCommand.self],
+        subcommands: [MountCommand.self, AuthCommand.self, LogoutCommand.self, WhoamiCommand.self],
         defaultSubcommand: MountCommand.self
     )
 }

@@ -14,9 +14,9 @@ struct MountCommand: ParsableCommand {
         commandName: "mount",
         abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem (the default).",
         discussion: """
-            SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The access token comes from DBX_ACCESS_TOKEN or --token-file, never from the command line. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
+            SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -37,6 +37,16 @@ struct MountCommand: ParsableCommand {
 
     @Option(help: ArgumentHelp("Read the access token from this file (default: $DBX_ACCESS_TOKEN).", valueName: "path"))
     var tokenFile: String?
+
+    @Option(help: ArgumentHelp("Mount this signed-in account (see dbx-mount auth; default: the config's default).", valueName: "name"))
+    var account: String?
+
+    @Option(help: ArgumentHelp("The accounts config (default: $XDG_CONFIG_HOME/dbx-mount/config.json or ~/.config/dbx-mount/config.json).",
+                               valueName: "path"))
+    var config: String?
+
+    @Flag(help: "Mount the team space (the team's root namespace) instead of the member's home folder.")
+    var teamSpace = false
 
     @Option(help: ArgumentHelp("Base URL of the Dropbox API host (default: $DBX_API_URL or https://api.dropboxapi.com).", valueName: "url"))
     var apiURL: String?
@@ -87,7 +97,6 @@ struct MountCommand: ParsableCommand {
         }
         guard isDirectory.boolValue else { fail("mount point \(mountpoint) is not a directory", code: 1) }
 
-        let token = try accessToken(options: options, environment: environment)
         let endpoints = DropboxEndpoints(
             api: apiURL ?? options.settings["api_url"] ?? environment["DBX_API_URL"] ?? DropboxEndpoints.dropbox.api,
             content: contentURL ?? options.settings["content_url"] ?? environment["DBX_CONTENT_URL"] ?? DropboxEndpoints.dropbox.content,
@@ -103,16 +112,29 @@ struct MountCommand: ParsableCommand {
             return handler
         }
         let logger = Logger(label: "dbx-mount")
-        let client = DropboxHTTPClient(endpoints: endpoints, tokens: StaticAccessToken(token),
-                                       transport: CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"]))
+        let transport = CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"])
+        let credentials = try self.credentials(options: options, environment: environment, endpoints: endpoints,
+                                               transport: transport, logger: logger)
+        var client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
 
         // Check the token and the folder before mounting, so a bad one fails here, loudly.
         let account: Account
         do {
             account = try client.currentAccount()
         } catch {
-            if case .auth = error { fail("\(error); check DBX_ACCESS_TOKEN or --token-file", code: 1) }
+            if case .auth = error { fail("\(AuthCommand.explain(error)); \(credentials.remedy)", code: 1) }
             fail("\(error) (\(endpoints.api))", code: 1)
+        }
+        // A team member's home is one namespace of the team's; the team space is the root namespace,
+        // reached by naming it in Dropbox-API-Path-Root (DROPBOX_API.md §6).
+        var namespace = ""
+        if teamSpace || options.settings["team_space"] != nil {
+            guard account.rootNamespaceID != account.homeNamespaceID else {
+                fail("\(account.email) has no team space (its root is its home folder); mount without --team-space", code: 1)
+            }
+            namespace = account.rootNamespaceID
+            let pathRoot = #"{".tag":"root","root":"\#(namespace)"}"#
+            client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport, pathRoot: pathRoot)
         }
         if !source.isEmpty {
             do {
@@ -140,7 +162,8 @@ struct MountCommand: ParsableCommand {
         // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
         let store: DeferredStore? = noCache || options.settings["no_cache"] != nil ? nil : DeferredStore(
             directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,
-            key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n"), logger: logger)
+            key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
+                + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
         let filesystem = DropboxFS(api: client, options: filesystemOptions, folderModified: Int64(time(nil)),
                                    logger: logger, store: store)
         let context = MountContext(filesystem: filesystem, logger: logger)
@@ -184,19 +207,17 @@ struct MountCommand: ParsableCommand {
         }
     }
 
-    private func accessToken(options: MountOptionList, environment: [String: String]) throws(UsageError) -> String {
-        if let path = tokenFile ?? options.settings["token_file"] {
-            guard let data = FileManager.default.contents(atPath: path),
-                  let text = String(data: data, encoding: .utf8) else {
-                throw UsageError("cannot read token file \(path)")
-            }
-            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            guard !token.isEmpty else { throw UsageError("token file \(path) is empty") }
-            return token
+    /// The token source (see `Credentials`); a loose or broken config fails the mount (exit 1).
+    private func credentials(options: MountOptionList, environment: [String: String], endpoints: DropboxEndpoints,
+                             transport: CurlTransport, logger: Logger) throws(UsageError) -> Credentials {
+        do {
+            return try Credentials.resolve(
+                tokenFile: tokenFile ?? options.settings["token_file"], account: account ?? options.settings["account"],
+                configPath: config ?? options.settings["config"], environment: environment, endpoints: endpoints,
+                transport: transport, logger: logger)
+        } catch {
+            if case .usage(let usage) = error { throw usage }
+            fail(error.description, code: error.exitCode)
         }
-        if let token = environment["DBX_ACCESS_TOKEN"]?.trimmingCharacters(in: .whitespacesAndNewlines), !token.isEmpty {
-            return token
-        }
-        throw UsageError("no access token: set DBX_ACCESS_TOKEN or pass --token-file FILE")
     }
 }

@@ -1,0 +1,73 @@
+// Where a command's Dropbox token comes from. In order: a token file (--token-file, -o token_file),
+// an account named on the command line (--account, -o account), DBX_ACCESS_TOKEN, and the config's
+// default account. A token never comes from argv: only its file's path or an account's name does.
+
+import CurlTransport
+import DropboxClient
+import Foundation
+import Logging
+
+struct Credentials {
+    let tokens: any AccessTokenProvider
+    /// What to tell the user when Dropbox refuses the token.
+    let remedy: String
+    /// The account's name, when the token comes from the config.
+    let accountName: String?
+
+    /// Thrown when the config exists but cannot be used (exit 1); a missing token is a `UsageError`.
+    static func resolve(tokenFile: String?, account: String?, configPath: String?, environment: [String: String],
+                        endpoints: DropboxEndpoints, transport: any HTTPTransport,
+                        logger: Logger) throws(CredentialsError) -> Credentials {
+        if let path = tokenFile {
+            guard let data = FileManager.default.contents(atPath: path),
+                  let text = String(data: data, encoding: .utf8) else {
+                throw .usage(UsageError("cannot read token file \(path)"))
+            }
+            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !token.isEmpty else { throw .usage(UsageError("token file \(path) is empty")) }
+            return Credentials(tokens: StaticAccessToken(token), remedy: "check the token in \(path)", accountName: nil)
+        }
+        let environmentToken = environment["DBX_ACCESS_TOKEN"]?.trimmingCharacters(in: .whitespacesAndNewlines)
+        if account == nil, let token = environmentToken, !token.isEmpty {
+            return Credentials(tokens: StaticAccessToken(token), remedy: "check DBX_ACCESS_TOKEN", accountName: nil)
+        }
+        let path = configPath ?? ConfigFile.defaultPath(environment: environment)
+        let config: AccountConfig?
+        do { config = try ConfigFile.load(path) } catch { throw .config(error) }
+        guard let config, !config.accounts.isEmpty else {
+            if let account {
+                throw .config(ConfigError("no account '\(account)': \(path) has none; sign in with: dbx-mount auth --account \(account)"))
+            }
+            throw .usage(UsageError("no access token: sign in with 'dbx-mount auth', or set DBX_ACCESS_TOKEN, or pass --token-file FILE"))
+        }
+        let chosen: (name: String, account: StoredAccount)
+        do { chosen = try config.account(named: account, path: path) } catch { throw .config(error) }
+        let endpoint = OAuthTokenEndpoint(endpoints: endpoints, appKey: chosen.account.appKey, transport: transport)
+        let provider = RefreshingAccessToken(refreshToken: chosen.account.refreshToken, endpoint: endpoint, logger: logger)
+        return Credentials(tokens: provider, remedy: "sign in again with: dbx-mount auth --account \(chosen.name)",
+                           accountName: chosen.name)
+    }
+}
+
+enum CredentialsError: Error, CustomStringConvertible {
+    case usage(UsageError)
+    case config(ConfigError)
+
+    var description: String {
+        switch self {
+        case .usage(let error): error.description
+        case .config(let error): error.description
+        }
+    }
+
+    var exitCode: Int32 {
+        if case .usage = self { return 64 }
+        return 1
+    }
+}
+
+/// Prints `dbx-mount: message` on stderr and exits.
+func exitWithMessage(_ message: String, code: Int32) -> Never {
+    FileHandle.standardError.write(Data("dbx-mount: \(message)\n".utf8))
+    Foundation.exit(code)
+}
