@@ -16,8 +16,9 @@
 // `.transport`. Header values are never logged or put in errors, so an `Authorization` header
 // cannot leak.
 //
-// Streaming (issue 6). The body goes to `TransferSink.receiveBody`; a read-ahead can later hand
-// the sink a consumer closure instead of buffering, without changing the pooling or the options.
+// Streaming (issue 6). With `send(_:streamingTo:)` the sink asks the receiver, at the first body
+// byte, whether to buffer (error answers) or stream; streamed chunks go straight to the receiver
+// from curl's buffer, one `memcpy` into the read-ahead's part, and nothing is collected here.
 
 import CShims
 import DropboxClient
@@ -53,10 +54,18 @@ public final class CurlTransport: HTTPTransport {
     public var handlesOpened: Int { handlesCreated.load(ordering: .relaxed) }
 
     public func send(_ request: HTTPRequest) throws(DropboxError) -> HTTPResponse {
+        try send(request, receiver: nil)
+    }
+
+    public func send(_ request: HTTPRequest, streamingTo receiver: HTTPBodyReceiver) throws(DropboxError) -> HTTPResponse {
+        try send(request, receiver: receiver)
+    }
+
+    private func send(_ request: HTTPRequest, receiver: HTTPBodyReceiver?) throws(DropboxError) -> HTTPResponse {
         guard let easy = checkOut() else {
             throw .transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "curl_easy_init failed")
         }
-        let result = perform(request, on: easy)
+        let result = perform(request, on: easy, receiver: receiver)
         checkIn(easy)
         return try result.get()
     }
@@ -86,9 +95,10 @@ public final class CurlTransport: HTTPTransport {
 
     // MARK: - One transfer
 
-    private func perform(_ request: HTTPRequest, on easy: borrowing CurlEasy) -> Result<HTTPResponse, DropboxError> {
+    private func perform(_ request: HTTPRequest, on easy: borrowing CurlEasy,
+                         receiver: HTTPBodyReceiver?) -> Result<HTTPResponse, DropboxError> {
         let h = easy.handle
-        let sink = TransferSink(limit: max(0, request.maxResponseBytes))
+        let sink = TransferSink(limit: max(0, request.maxResponseBytes), receiver: receiver)
         var headerList = CurlHeaderList()
         do throws(DropboxError) {
             try configure(h, easy: easy, request: request, headers: &headerList, sink: sink)
@@ -102,6 +112,9 @@ public final class CurlTransport: HTTPTransport {
         if connects > 0 { newConnections.add(connects, ordering: .relaxed) }
 
         guard code == CURLE_OK else {
+            if sink.receiverAborted {
+                return .failure(.transport(code: Int(code.rawValue), message: "transfer aborted by the receiver"))
+            }
             let limitHit = sink.exceededLimit || code == CURLE_FILESIZE_EXCEEDED
             let message = limitHit
                 ? "response larger than the \(request.maxResponseBytes)-byte limit"
@@ -111,6 +124,12 @@ public final class CurlTransport: HTTPTransport {
         var status = 0
         _ = dbx_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
         _ = consume headerList
+        // An empty body never reached the write callback; the receiver still hears of the answer.
+        if sink.disposition == nil, let receiver {
+            if receiver.responseStarted(status: status, headers: sink.headers) == .abort {
+                return .failure(.transport(code: Int(CURLE_WRITE_ERROR.rawValue), message: "transfer aborted by the receiver"))
+            }
+        }
         return .success(HTTPResponse(status: status, headers: sink.headers, body: sink.body))
     }
 
@@ -147,6 +166,10 @@ public final class CurlTransport: HTTPTransport {
         try check(dbx_curl_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, min(timeoutMS, Self.milliseconds(connectTimeout))),
                   "CURLOPT_CONNECTTIMEOUT_MS")
         try check(dbx_curl_setopt_off(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(sink.limit)), "CURLOPT_MAXFILESIZE_LARGE")
+        if sink.receiver != nil {
+            // Fewer, larger write callbacks for streamed downloads (curl's default is 16 KiB).
+            try check(dbx_curl_setopt_long(h, CURLOPT_BUFFERSIZE, Self.streamBufferSize), "CURLOPT_BUFFERSIZE")
+        }
 
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
         try check(dbx_curl_setopt_write_function(h, CurlCallbacks.body), "CURLOPT_WRITEFUNCTION")
@@ -193,6 +216,8 @@ public final class CurlTransport: HTTPTransport {
     }
 
     private static let emptyBody: [UInt8] = [0]
+    /// curl's receive buffer for streamed bodies, per transfer in flight.
+    static let streamBufferSize = 256 << 10
 
     private static func milliseconds(_ seconds: Double) -> Int {
         guard seconds.isFinite, seconds > 0 else { return 1 }
@@ -253,6 +278,13 @@ struct HandlePool: ~Copyable {
 final class TransferSink {
     /// Most body bytes accepted.
     let limit: Int
+    /// Where a streamed body goes, if the caller streams.
+    let receiver: HTTPBodyReceiver?
+    /// What the receiver chose at the first body byte; nil before.
+    private(set) var disposition: HTTPBodyDisposition?
+    /// True when the receiver stopped the transfer (not an error of the transport's own).
+    private(set) var receiverAborted = false
+    private var status = 0
     /// Most header bytes accepted in one response (curl itself bounds single lines only).
     static let headerLimit = 256 << 10
 
@@ -261,10 +293,26 @@ final class TransferSink {
     private(set) var exceededLimit = false
     private var headerBytes = 0
 
-    init(limit: Int) { self.limit = limit }
+    init(limit: Int, receiver: HTTPBodyReceiver? = nil) {
+        self.limit = limit
+        self.receiver = receiver
+    }
 
     /// Returns false to abort the transfer.
     func receiveBody(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        if let receiver {
+            if disposition == nil { disposition = receiver.responseStarted(status: status, headers: headers) }
+            switch disposition! {
+            case .abort:
+                receiverAborted = true
+                return false
+            case .stream:
+                if !receiver.receive(chunk) { receiverAborted = true; return false }
+                return true
+            case .buffer:
+                break
+            }
+        }
         guard body.count + chunk.count <= limit else {
             exceededLimit = true
             return false
@@ -285,6 +333,9 @@ final class TransferSink {
         let text = String(decoding: line, as: UTF8.self)
         if text.hasPrefix("HTTP/") {
             headers = [:]
+            // "HTTP/1.1 206 Partial Content": the receiver needs the status before the first body byte.
+            let fields = text.split(separator: " ", maxSplits: 2)
+            status = fields.count >= 2 ? Int(fields[1]) ?? 0 : 0
             return true
         }
         guard let colon = text.firstIndex(of: ":") else { return true }  // the blank line ending the block
@@ -295,7 +346,7 @@ final class TransferSink {
         while let c = value.last, c.isNewline || c == " " || c == "\t" { value = value.dropLast() }
         headers[name] = String(value)
         // One allocation for a large download instead of log2(n) regrowths; never beyond the cap.
-        if name == "content-length", let length = Int(value), length > 0, length <= limit {
+        if name == "content-length", receiver == nil, let length = Int(value), length > 0, length <= limit {
             body.reserveCapacity(length)
         }
         return true

@@ -23,4 +23,20 @@ public protocol DropboxAPI: Sendable {
     /// `files/download` of `range` (end exclusive) of the file at `path` (`/p`, `id:`, or `rev:`).
     /// Returns fewer bytes than asked only at end of file; a range wholly past the end returns `[]`.
     func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8]
+    /// `files/download` of `range`, handed to `consumer` in order as it arrives instead of
+    /// buffered. Returns the bytes handed over: all of `range`, or fewer at end of file, or fewer
+    /// when `consumer` returned false (it has taken that chunk; nothing follows). If it throws,
+    /// the bytes already handed over are a correct prefix of `range`: a caller resumes from there.
+    func download(path: String, range: Range<UInt64>,
+                  into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64
+}
+
+extension DropboxAPI {
+    /// Buffers with `download(path:range:)`, then hands the bytes over in one piece.
+    public func download(path: String, range: Range<UInt64>,
+                         into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
+        let bytes = try download(path: path, range: range)
+        if !bytes.isEmpty { _ = bytes.withUnsafeBytes { consumer($0) } }
+        return UInt64(bytes.count)
+    }
 }

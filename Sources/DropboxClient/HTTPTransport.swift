@@ -39,4 +39,51 @@ public protocol HTTPTransport: Sendable {
     /// Performs the request. Throws `DropboxError.transport` when no complete response arrived
     /// (including a body shorter than its `Content-Length`); any HTTP status is a response.
     func send(_ request: HTTPRequest) throws(DropboxError) -> HTTPResponse
+    /// Performs the request, handing the body to `receiver` as it arrives when it asks for that
+    /// (see `HTTPBodyReceiver`). The default buffers, then hands the body over in one piece.
+    func send(_ request: HTTPRequest, streamingTo receiver: HTTPBodyReceiver) throws(DropboxError) -> HTTPResponse
+}
+
+// MARK: - Streaming bodies (issue 6)
+
+/// What a transport does with a response body, decided once the status and headers are known.
+public enum HTTPBodyDisposition: Sendable {
+    /// Collect it into `HTTPResponse.body` (error answers, small whole files).
+    case buffer
+    /// Hand it to the receiver chunk by chunk as it arrives; `HTTPResponse.body` stays empty.
+    case stream
+    /// Stop the transfer now (the headers already show the answer is unusable).
+    case abort
+}
+
+/// Takes a response body as it arrives, so a download need not be buffered whole. Used by one
+/// thread, the one running the transfer; never shared.
+public protocol HTTPBodyReceiver: AnyObject {
+    /// Called exactly once per response, before any body byte (or after the exchange when the
+    /// body is empty).
+    func responseStarted(status: Int, headers: [String: String]) -> HTTPBodyDisposition
+    /// Body bytes in order, in `.stream` mode. Returning false aborts the transfer.
+    func receive(_ chunk: UnsafeRawBufferPointer) -> Bool
+}
+
+extension HTTPTransport {
+    /// Performs `request`, streaming the body to `receiver` when it asks for that. A transport that
+    /// cannot stream buffers the body and hands it over in one piece, which is correct, only slower.
+    public func send(_ request: HTTPRequest, streamingTo receiver: HTTPBodyReceiver) throws(DropboxError) -> HTTPResponse {
+        var response = try send(request)
+        switch receiver.responseStarted(status: response.status, headers: response.headers) {
+        case .buffer:
+            return response
+        case .abort:
+            throw .transport(code: 23, message: "transfer aborted by the receiver")
+        case .stream:
+            let body = response.body
+            response.body = []
+            if !body.isEmpty {
+                let accepted = body.withUnsafeBytes { receiver.receive($0) }
+                if !accepted { throw .transport(code: 23, message: "transfer aborted by the receiver") }
+            }
+            return response
+        }
+    }
 }

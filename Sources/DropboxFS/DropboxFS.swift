@@ -34,6 +34,8 @@ public final class DropboxFS: Sendable {
     let invalidationSink = Mutex<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
     let stopped = Atomic<Bool>(false)
     let store: (any MetadataStore)?
+    /// Reads file contents: read-ahead, the memory budget, the block cache (`Reading/`).
+    let reader: ReadEngine
 
     public init(api: any DropboxAPI, options: FilesystemOptions, folderModified: Int64,
                 now: @escaping MonotonicSeconds = SystemClock.monotonic,
@@ -45,6 +47,7 @@ public final class DropboxFS: Sendable {
         self.folderModified = folderModified
         self.state = Mutex(State())
         self.store = store
+        self.reader = ReadEngine(api: api, options: options.readAhead, logger: logger)
     }
 
     /// Where changes the kernel must forget are sent (the FUSE adapter's invalidation queue).
@@ -156,7 +159,11 @@ public final class DropboxFS: Sendable {
             let otherRevOpen = state.fileHandles.values.contains { $0.slot == slot && $0.rev != file.rev }
             let unchanged = state.lastOpenedRev[slot] == file.rev && !otherRevOpen
             state.lastOpenedRev[slot] = file.rev
-            let handle = state.addFileHandle(OpenFile(slot: slot, rev: file.rev, size: file.size))
+            let rev = file.rev
+            let stream = reader.open(ReadFile(id: file.id, rev: rev, size: file.size)) { [weak self] in
+                self?.isCurrent(slot: slot, rev: rev) ?? false
+            }
+            let handle = state.addFileHandle(OpenFile(slot: slot, rev: rev, size: file.size, stream: stream))
             return OpenedFile(handle: handle, contentUnchanged: unchanged,
                               kernelSizeMayBeStale: !state.tree.isSizeReported(slot) || otherRevOpen)
         }
@@ -164,44 +171,60 @@ public final class DropboxFS: Sendable {
 
     /// Up to `size` bytes at `offset`; fewer only at end of file, none past it.
     public func read(_ handle: FileHandleID, offset: UInt64, size: Int) throws(FSError) -> [UInt8] {
+        try readBytes(handle, offset: offset, size: size).array
+    }
+
+    /// Like `read`, but hands over the read engine's buffers instead of a copy (the FUSE adapter
+    /// replies from them directly).
+    public func readBytes(_ handle: FileHandleID, offset: UInt64, size: Int) throws(FSError) -> FileBytes {
         let file = try state.withLock { state throws(FSError) -> OpenFile in
             guard let file = state.fileHandles[handle] else { throw .badHandle }
             return file
         }
+        guard let stream = file.stream else { throw .badHandle }
         // Bytes of a rev that is no longer current must not reach the page cache, where a newer
-        // handle of the same inode would read them; so the rev is checked before and after. Even
-        // an end-of-file answer is one: the reader may hold newer pages below it.
+        // handle of the same inode would read them; so the rev is checked before and after, and
+        // read-ahead of a superseded rev is dropped. Even an end-of-file answer is one: the reader
+        // may hold newer pages below it.
         try ensureCurrent(file)
-        guard offset < file.size, size > 0 else { return [] }
-        let end = min(file.size, offset + UInt64(size))
-        let bytes: [UInt8]
+        guard offset < file.size, size > 0 else { return .empty }
+        let bytes: FileBytes
         do {
-            bytes = try api.download(path: "rev:\(file.rev)", range: offset..<end)
+            bytes = try reader.read(stream, offset: offset, size: size)
         } catch {
-            // The rev is gone only if the file changed after open; that is a failed read, not ENOENT.
+            if error == .changedSinceOpen { reader.drop(stream) }
             logger.warning("read failed", metadata: ["inode": "\(file.slot.inode)", "error": "\(error)"])
-            throw error.isRoute("path") ? .upstream(error) : FSError(error)
+            throw error
         }
         try ensureCurrent(file)
         return bytes
     }
 
+    private func isCurrent(slot: Slot, rev: String) -> Bool {
+        state.withLock { $0.tree.isAlive(slot) && $0.tree.details(slot)?.rev == rev }
+    }
+
     private func ensureCurrent(_ file: OpenFile) throws(FSError) {
-        let current = state.withLock { $0.tree.isAlive(file.slot) ? $0.tree.details(file.slot)?.rev : nil }
-        guard current == file.rev else {
+        guard isCurrent(slot: file.slot, rev: file.rev) else {
+            if let stream = file.stream { reader.drop(stream) }
             logger.info("file changed since open; failing the read", metadata: ["inode": "\(file.slot.inode)"])
             throw .changedSinceOpen
         }
     }
 
     public func release(_ handle: FileHandleID) {
-        state.withLock { state in
-            guard let file = state.fileHandles.removeValue(forKey: handle) else { return }
+        let stream = state.withLock { state -> ReadStream? in
+            guard let file = state.fileHandles.removeValue(forKey: handle) else { return nil }
             // A handle of a superseded rev may have left its pages in the cache: the next open
             // must not keep them.
             if state.tree.details(file.slot)?.rev != file.rev { state.lastOpenedRev[file.slot] = nil }
+            return file.stream
         }
+        if let stream { reader.close(stream) }
     }
+
+    /// Read-ahead memory now, its peak, and the streams holding some (for tests and logs).
+    public var readAheadUsage: (reserved: UInt64, peak: UInt64, streams: Int) { reader.budget.usage }
 
     // MARK: - Filesystem
 

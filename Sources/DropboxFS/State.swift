@@ -5,6 +5,8 @@ struct OpenFile {
     var slot: Slot
     var rev: String
     var size: UInt64
+    /// The handle's read-ahead (issue 6).
+    var stream: ReadStream? = nil
 }
 
 /// Where the change feed stands. While it is live, a complete folder is trusted without a TTL:

@@ -75,6 +75,8 @@ public struct FilesystemOptions: Sendable {
     public var umask: UInt32?
     /// Match names the way Dropbox does (case-insensitively) instead of exactly.
     public var caseInsensitive: Bool
+    /// How file contents are read ahead and cached (`Reading/`).
+    public var readAhead = ReadAheadOptions()
 
     public init(rootPath: String = "", metadataTTL: Duration = .seconds(60), uid: UInt32 = 0,
                 gid: UInt32 = 0, umask: UInt32? = nil, caseInsensitive: Bool = false) {

@@ -35,6 +35,12 @@ final class FakeDropbox: DropboxAPI {
         /// Feed cursors of an earlier epoch answer `reset`.
         var epoch = 0
         var longpolls = 0
+        /// Every download's range, in order (issue 6).
+        var downloadRanges: [Range<UInt64>] = []
+        var downloadedBytes: UInt64 = 0
+        /// Each entry cuts one coming streamed download after that many bytes.
+        var cuts: [Int] = []
+        var downloadLatency = 0.0
     }
 
     private let contents = Mutex(Contents())
@@ -230,10 +236,43 @@ final class FakeDropbox: DropboxAPI {
         }
     }
 
+    // MARK: Downloads (issue 6)
+
+    /// Ranges downloaded so far, in order, and their total bytes.
+    var downloadRanges: [Range<UInt64>] { contents.withLock { $0.downloadRanges } }
+    var downloadedBytes: UInt64 { contents.withLock { $0.downloadedBytes } }
+
+    /// Seconds each download waits before its first byte, as a link's round trip would.
+    func setDownloadLatency(_ seconds: Double) { contents.withLock { $0.downloadLatency = seconds } }
+
+    /// Cuts the next streamed downloads short, one per entry, after that many bytes, with a
+    /// transport error (what a dropped connection looks like once the client gave up).
+    func cutShort(after bytes: [Int]) { contents.withLock { $0.cuts.append(contentsOf: bytes) } }
+
+    /// Streams in 64 KiB chunks, so a reader can be served before the whole range has arrived.
+    func download(path: String, range: Range<UInt64>,
+                  into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
+        let latency = contents.withLock { $0.downloadLatency }
+        if latency > 0 { Thread.sleep(forTimeInterval: latency) }
+        let bytes = try download(path: path, range: range)
+        let cut = contents.withLock { $0.cuts.isEmpty ? nil : $0.cuts.removeFirst() }
+        let limit = min(bytes.count, cut ?? .max)
+        var sent = 0
+        while sent < limit {
+            let chunk = min(64 << 10, limit - sent)
+            let more = bytes.withUnsafeBytes { consumer(UnsafeRawBufferPointer(rebasing: $0[sent..<(sent + chunk)])) }
+            sent += chunk
+            if !more { return UInt64(sent) }
+        }
+        if limit < bytes.count { throw .transport(code: 18, message: "cut short after \(limit) bytes") }
+        return UInt64(sent)
+    }
+
     func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
         try checkFailure()
         return try contents.withLock { c throws(DropboxError) -> [UInt8] in
             c.counters.download += 1
+            c.downloadRanges.append(range)
             let item: Item?
             if path.hasPrefix("rev:") {
                 let rev = String(path.dropFirst(4))
@@ -245,6 +284,7 @@ final class FakeDropbox: DropboxAPI {
             guard !item.isFolder else { throw .route(tags: ["path", "not_file"], summary: "path/not_file/") }
             let size = UInt64(item.content.count)
             guard range.lowerBound < size else { return [] }
+            c.downloadedBytes += min(range.upperBound, size) - range.lowerBound
             return Array(item.content[Int(range.lowerBound)..<Int(min(range.upperBound, size))])
         }
     }

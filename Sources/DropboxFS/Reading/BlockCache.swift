@@ -1,0 +1,206 @@
+// An optional on-disk cache of file blocks, so a file read once is not downloaded again, in this
+// mount or the next. Blocks are 1 MiB, aligned, and keyed by file id, rev and index: a rev never
+// changes content, so a cached block can never be stale, only unused (and evicted). The last block
+// of a file is shorter. Only whole blocks that a part downloaded completely are stored.
+//
+// Layout: one file per block, `<hex of id>.<rev>.<index>`, created 0600 in a 0700 directory,
+// written to a temporary name and renamed, so a crash leaves no torn block under a real name.
+// A block whose length is wrong is treated as missing and removed.
+//
+// Eviction is least recently used, over `capacity` bytes. The order survives remounts through the
+// files' modification times (a hit touches its file); in memory it is a queue of touches with
+// lazy deletion, so eviction is amortised O(1) however large the cache.
+//
+// Disk I/O is never done under the index's lock; the index is loaded on first use, which is after
+// libfuse's daemonizing fork.
+
+import DropboxClient
+import Foundation
+import Logging
+import Synchronization
+
+final class BlockCache: Sendable {
+    static let blockSize: UInt64 = 1 << 20
+
+    let directory: String
+    let capacity: UInt64
+    private let logger: Logger
+    private let index = Mutex<Index?>(nil)
+
+    private struct Index {
+        var entries: [String: (size: UInt64, tick: UInt64)] = [:]
+        var order: [(key: String, tick: UInt64)] = []
+        var orderHead = 0
+        var total: UInt64 = 0
+        var tick: UInt64 = 0
+
+        mutating func touch(_ key: String, size: UInt64) {
+            tick += 1
+            if let old = entries[key] { total -= old.size }
+            entries[key] = (size, tick)
+            total += size
+            order.append((key, tick))
+        }
+
+        /// The least recently used key, removed from the index.
+        mutating func evictOne() -> String? {
+            while orderHead < order.count {
+                let (key, tick) = order[orderHead]
+                orderHead += 1
+                if orderHead > 4096, orderHead * 2 > order.count {
+                    order.removeFirst(orderHead)
+                    orderHead = 0
+                }
+                guard let entry = entries[key], entry.tick == tick else { continue }
+                entries[key] = nil
+                total -= entry.size
+                return key
+            }
+            return nil
+        }
+    }
+
+    init(directory: String, capacity: UInt64, logger: Logger) {
+        self.directory = directory
+        self.capacity = capacity
+        self.logger = logger
+    }
+
+    static func key(_ file: ReadFile, block: UInt64) -> String {
+        let id = file.id.utf8.map { String($0, radix: 16).leftPadded(to: 2) }.joined()
+        return "\(id).\(file.rev).\(block)"
+    }
+
+    private func blockLength(_ file: ReadFile, _ block: UInt64) -> UInt64 {
+        min(Self.blockSize, file.size - block * Self.blockSize)
+    }
+
+    private func path(_ key: String) -> String { directory + "/" + key }
+
+    // MARK: - Index
+
+    private func withIndex<R>(_ body: (inout Index) -> R) -> R {
+        if index.withLock({ $0 == nil }) {
+            let loaded = load()
+            index.withLock { if $0 == nil { $0 = loaded } }
+        }
+        return index.withLock { body(&$0!) }
+    }
+
+    /// Reads the directory: existing blocks in order of last use; leftovers of interrupted writes go.
+    private func load() -> Index {
+        let fm = FileManager.default
+        var isDirectory: ObjCBool = false
+        if !fm.fileExists(atPath: directory, isDirectory: &isDirectory) {
+            do {
+                try fm.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                       attributes: [.posixPermissions: 0o700])
+            } catch {
+                logger.warning("cannot create the block cache directory", metadata: ["path": "\(directory)", "error": "\(error)"])
+            }
+        }
+        var found: [(key: String, size: UInt64, used: Date)] = []
+        for name in (try? fm.contentsOfDirectory(atPath: directory)) ?? [] {
+            if name.hasPrefix(".tmp-") { try? fm.removeItem(atPath: path(name)); continue }
+            guard name.split(separator: ".").count == 3,
+                  let attributes = try? fm.attributesOfItem(atPath: path(name)),
+                  let size = (attributes[.size] as? NSNumber)?.uint64Value else { continue }
+            found.append((name, size, attributes[.modificationDate] as? Date ?? .distantPast))
+        }
+        var index = Index()
+        for block in found.sorted(by: { $0.used < $1.used }) { index.touch(block.key, size: block.size) }
+        return index
+    }
+
+    private func isCached(_ key: String) -> Bool { withIndex { $0.entries[key] != nil } }
+
+    // MARK: - Reading and writing
+
+    /// If the block at `part`'s next missing byte is cached, appends its bytes and returns true.
+    func fill(_ part: Part, file: ReadFile) -> Bool {
+        let position = part.range.lowerBound + UInt64(part.filledCount)
+        let block = position / Self.blockSize
+        let key = Self.key(file, block: block)
+        guard isCached(key) else { return false }
+        let length = blockLength(file, block)
+        guard let data = FileManager.default.contents(atPath: path(key)), UInt64(data.count) == length else {
+            forget(key)
+            return false
+        }
+        let blockStart = block * Self.blockSize
+        let from = Int(position - blockStart)
+        let to = Int(min(part.range.upperBound, blockStart + length) - blockStart)
+        let appended = data.withUnsafeBytes { part.append(UnsafeRawBufferPointer(rebasing: $0[from..<to])) }
+        guard appended else { return false }
+        withIndex { $0.touch(key, size: length) }
+        try? FileManager.default.setAttributes([.modificationDate: Date()], ofItemAtPath: path(key))
+        return true
+    }
+
+    /// Where the next cached block after `start` begins, if before `end`; else `end`. A download
+    /// stops there, and the rest comes from disk.
+    func nextCachedOffset(after start: UInt64, before end: UInt64, file: ReadFile) -> UInt64 {
+        var block = start / Self.blockSize + 1
+        while block * Self.blockSize < end {
+            if isCached(Self.key(file, block: block)) { return block * Self.blockSize }
+            block += 1
+        }
+        return end
+    }
+
+    /// Keeps every whole block of a completed part that is not cached yet.
+    func store(_ part: Part, file: ReadFile) {
+        var block = (part.range.lowerBound + Self.blockSize - 1) / Self.blockSize
+        while block * Self.blockSize < part.range.upperBound {
+            let start = block * Self.blockSize
+            let length = blockLength(file, block)
+            guard start + length <= part.range.upperBound else { break }
+            let key = Self.key(file, block: block)
+            if !isCached(key) {
+                let offsets = Int(start - part.range.lowerBound)..<Int(start + length - part.range.lowerBound)
+                if write(Data(part.bytes(offsets)), key: key) {
+                    let evicted = withIndex { index -> [String] in
+                        index.touch(key, size: length)
+                        var evicted: [String] = []
+                        while index.total > capacity, let victim = index.evictOne() { evicted.append(victim) }
+                        return evicted
+                    }
+                    for victim in evicted { try? FileManager.default.removeItem(atPath: path(victim)) }
+                }
+            }
+            block += 1
+        }
+    }
+
+    private func write(_ data: Data, key: String) -> Bool {
+        let fm = FileManager.default
+        let temporary = path(".tmp-" + UUID().uuidString)
+        guard fm.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
+            logger.debug("cannot write a cache block", metadata: ["path": "\(temporary)"])
+            return false
+        }
+        do {
+            try fm.moveItem(atPath: temporary, toPath: path(key))
+            return true
+        } catch {
+            try? fm.removeItem(atPath: temporary)
+            return false
+        }
+    }
+
+    private func forget(_ key: String) {
+        withIndex { index in
+            if let entry = index.entries.removeValue(forKey: key) { index.total -= entry.size }
+        }
+        try? FileManager.default.removeItem(atPath: path(key))
+    }
+
+    /// Bytes and blocks held (for tests and logs).
+    var usage: (bytes: UInt64, blocks: Int) { withIndex { ($0.total, $0.entries.count) } }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}

@@ -1,0 +1,145 @@
+// One Range request's worth of a file at one rev: a buffer filled front to back by whoever runs
+// its fetch, while readers copy out what has arrived. A reader waits only for the bytes it needs,
+// not for the whole part, so the first byte of a stream is served one round trip after the read.
+
+import DropboxClient
+import Foundation
+
+/// `@unchecked Sendable`: the storage is written only by the one thread that won `claim()`, and
+/// only at and beyond `filled`; readers look only below `filled`. `filled` and the status change
+/// under `condition`'s lock after the bytes are copied, so a reader that sees a count also sees
+/// the bytes (the lock orders the copy before the count).
+final class Part: @unchecked Sendable {
+    enum Status: Equatable {
+        case queued, running, done, cancelled
+        case failed(FSError)
+    }
+
+    enum Wait { case ready, cancelled }
+
+    let range: Range<UInt64>
+    private let storage: UnsafeMutableRawBufferPointer
+    /// Whose memory this is: given back when the buffer is freed (nil for unbudgeted one-off reads).
+    private let budget: ReadBudget?
+    private let condition = NSCondition()
+    private var filled = 0
+    private var status = Status.queued
+    private var served = 0
+
+    init(range: Range<UInt64>, budget: ReadBudget?) {
+        self.range = range
+        self.budget = budget
+        storage = .allocate(byteCount: Int(range.upperBound - range.lowerBound), alignment: 4096)
+    }
+
+    deinit {
+        storage.deallocate()
+        budget?.release(UInt64(storage.count))
+    }
+
+    var length: Int { storage.count }
+
+    var filledCount: Int { condition.withLock { filled } }
+
+    var isCancelled: Bool { condition.withLock { status == .cancelled } }
+
+    var isFinished: Bool {
+        condition.withLock {
+            switch status {
+            case .queued, .running: false
+            case .done, .cancelled, .failed: true
+            }
+        }
+    }
+
+    /// queued → running. Exactly one caller gets true, and must then run the fetch.
+    func claim() -> Bool {
+        condition.withLock {
+            guard status == .queued else { return false }
+            status = .running
+            return true
+        }
+    }
+
+    /// The fetcher's next bytes. Returns false when the part was cancelled (stop downloading).
+    func append(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        let start = condition.withLock { status == .running ? filled : -1 }
+        guard start >= 0, chunk.count <= storage.count - start else { return false }
+        if let base = chunk.baseAddress, chunk.count > 0 {
+            storage.baseAddress!.advanced(by: start).copyMemory(from: base, byteCount: chunk.count)
+        }
+        condition.withLock {
+            filled = start + chunk.count
+            condition.broadcast()
+        }
+        return true
+    }
+
+    func finish() { settle(.done) }
+    func fail(_ error: FSError) { settle(.failed(error)) }
+    func cancel() { settle(.cancelled) }
+
+    private func settle(_ outcome: Status) {
+        condition.withLock {
+            switch status {
+            case .queued, .running: status = outcome
+            case .done, .cancelled, .failed: return
+            }
+            condition.broadcast()
+        }
+    }
+
+    /// Blocks until the first `count` bytes have arrived. Throws the fetch's failure; returns
+    /// `.cancelled` when the part was dropped before they came (the caller fetches them itself).
+    func wait(forPrefix count: Int) throws(FSError) -> Wait {
+        condition.lock()
+        defer { condition.unlock() }
+        while filled < count {
+            switch status {
+            case .queued, .running: condition.wait()
+            case .done: return filled >= count ? .ready : .cancelled
+            case .cancelled: return .cancelled
+            case .failed(let error): throw error
+            }
+        }
+        return .ready
+    }
+
+    /// Bytes `offsets` (relative to the part's start) that have already arrived.
+    func bytes(_ offsets: Range<Int>) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(storage)[offsets])
+    }
+
+    var isFullyServed: Bool { condition.withLock { served >= storage.count } }
+
+    /// Counts bytes handed to readers; true once every byte has been (the stream may drop the part).
+    func markServed(_ count: Int) -> Bool {
+        condition.withLock {
+            served += count
+            return served >= storage.count
+        }
+    }
+}
+
+/// Bytes of a file handed to the FUSE adapter without copying: slices of the engine's buffers,
+/// kept alive as long as this value is.
+public struct FileBytes: Sendable {
+    let pieces: [(part: Part, offsets: Range<Int>)]
+
+    static let empty = FileBytes(pieces: [])
+
+    public var count: Int { pieces.reduce(0) { $0 + $1.offsets.count } }
+
+    /// Calls `body` with the bytes as one or more slices, valid only during the call.
+    public func withSlices<R>(_ body: ([UnsafeRawBufferPointer]) throws -> R) rethrows -> R {
+        try withExtendedLifetime(pieces) { try body(pieces.map { $0.part.bytes($0.offsets) }) }
+    }
+
+    /// The bytes as one array (a copy).
+    public var array: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(count)
+        withSlices { slices in for slice in slices { out.append(contentsOf: slice) } }
+        return out
+    }
+}

@@ -1,0 +1,313 @@
+// The read engine: turns the kernel's reads of one open file into few, large, parallel Range
+// requests when the reads are sequential, and into small exact ones when they are not.
+//
+// Streams. Each open handle has at most one stream: a run of contiguous parts (Range requests)
+// ahead of the reader. A read that starts where the previous one ended (or at offset 0, or within
+// or just past the stream: small forward seeks stay in it) is sequential; it doubles the stream's
+// window, from `initialWindow` up to the smaller of `maxWindow` and the stream's share of the
+// global budget, and schedules parts until the window ahead of the read is covered. Parts grow
+// 1, 2, 4, 8 MiB (`maxPartSize`), so the first byte costs one small request and a long read keeps
+// several large ones in flight over the transport's reused connections. A read far from the
+// stream drops it (cancelling what is in flight) and is fetched on its own, rounded only to whole
+// pages: the kernel already rounds buffered reads up and reads ahead by itself when it sees order,
+// so rounding further would only multiply bytes for random readers (4 KiB reads rounded to
+// 128 KiB download 32 times what they return).
+//
+// Threads. Parts are fetched by a small fixed pool (`ReadWorkers`); the part a waiting reader
+// needs goes before read-ahead. A FUSE read blocks only until the bytes it asked for have arrived,
+// then hands the buffers themselves to the adapter (`FileBytes`), which replies without a copy.
+// Reads that fit nowhere in the budget (or are random) download on the FUSE thread itself, which
+// bounds them by the number of FUSE threads.
+//
+// Versions. A stream belongs to one handle and so to one rev. Before each download attempt the
+// fetcher asks `isCurrent`; a part of a superseded rev fails with `changedSinceOpen` instead of
+// fetching, and the core drops the whole stream when a read finds the rev changed. Nothing of an
+// old rev is served once Dropbox has a newer one in the tree.
+//
+// Failures. A part cut short is resumed from its first missing byte (the client itself resumes a
+// body cut mid-transfer; the engine resumes when the client gave up after some progress), so a
+// flaky link costs the missing bytes, not the part. A part that cannot be completed fails the
+// reads that need it with the upstream error.
+//
+// With `blockCache` set, completed whole blocks are kept on disk by file id and rev, and a part's
+// cached blocks are read from there instead of downloaded (`BlockCache`).
+
+import DropboxClient
+import Foundation
+import Logging
+import Synchronization
+
+/// How the engine reads ahead. The defaults suit a mount on a fast link with tens of ms latency.
+public struct ReadAheadOptions: Sendable, Equatable {
+    /// Bytes all open files together may hold in read-ahead buffers.
+    public var memoryBudget: UInt64 = 256 << 20
+    /// The first window of a new stream.
+    public var initialWindow: UInt64 = 1 << 20
+    /// The most one stream reads ahead, budget permitting.
+    public var maxWindow: UInt64 = 128 << 20
+    /// The largest single Range request.
+    public var maxPartSize: UInt64 = 8 << 20
+    /// Threads fetching parts, which is also the most read-ahead requests in flight.
+    public var connections: Int = 8
+    /// Where whole blocks are kept on disk between reads and mounts; nil keeps none.
+    public var blockCacheDirectory: String?
+    /// The most bytes the block cache keeps; least recently used blocks go first.
+    public var blockCacheBytes: UInt64 = 1 << 30
+
+    public init(memoryBudget: UInt64 = 256 << 20, blockCacheDirectory: String? = nil, blockCacheBytes: UInt64 = 1 << 30) {
+        self.memoryBudget = memoryBudget
+        self.blockCacheDirectory = blockCacheDirectory
+        self.blockCacheBytes = blockCacheBytes
+    }
+}
+
+/// The one rev of one file a handle reads.
+struct ReadFile: Sendable {
+    var id: String
+    var rev: String
+    var size: UInt64
+    var path: String { "rev:\(rev)" }
+}
+
+/// Read-ahead state of one open handle.
+final class ReadStream: Sendable {
+    let file: ReadFile
+    /// Whether `file.rev` is still the file's current rev (asked before each download).
+    let isCurrent: @Sendable () -> Bool
+    let state = Mutex(StreamState())
+
+    init(file: ReadFile, isCurrent: @escaping @Sendable () -> Bool) {
+        self.file = file
+        self.isCurrent = isCurrent
+    }
+}
+
+struct StreamState {
+    /// Contiguous, in file order.
+    var parts: [Part] = []
+    var window: UInt64 = 0
+    var nextPartSize: UInt64 = 0
+    var lastReadEnd: UInt64?
+    var furthest: UInt64 = 0
+    /// Counted among the budget's streams (while it holds parts).
+    var counted = false
+    var closed = false
+}
+
+final class ReadEngine: Sendable {
+    let api: any DropboxAPI
+    let options: ReadAheadOptions
+    let budget: ReadBudget
+    let workers: ReadWorkers
+    let cache: BlockCache?
+    let logger: Logger
+    /// How far behind a stream a late read may land and still leave the stream alone: the kernel
+    /// sends a sequential reader's reads from several threads, not always in order.
+    static let straggle: UInt64 = 4 << 20
+    /// Reads are fetched in whole pages.
+    static let page: UInt64 = 4096
+
+    init(api: any DropboxAPI, options: ReadAheadOptions, logger: Logger) {
+        self.api = api
+        self.options = options
+        self.logger = logger
+        budget = ReadBudget(capacity: options.memoryBudget)
+        workers = ReadWorkers(limit: options.connections)
+        cache = options.blockCacheDirectory.map { BlockCache(directory: $0, capacity: options.blockCacheBytes, logger: logger) }
+    }
+
+    func open(_ file: ReadFile, isCurrent: @escaping @Sendable () -> Bool) -> ReadStream {
+        ReadStream(file: file, isCurrent: isCurrent)
+    }
+
+    /// The handle is gone: its read-ahead is cancelled and its memory returns to the budget.
+    func close(_ stream: ReadStream) {
+        stream.state.withLock { s in
+            s.closed = true
+            drop(&s)
+        }
+    }
+
+    /// Forgets the stream's read-ahead (its rev was superseded, say) but keeps the handle.
+    func drop(_ stream: ReadStream) {
+        stream.state.withLock { drop(&$0) }
+    }
+
+    private func drop(_ s: inout StreamState) {
+        for part in s.parts { part.cancel() }
+        s.parts.removeAll()
+        count(&s)
+    }
+
+    private func count(_ s: inout StreamState) {
+        if s.parts.isEmpty, s.counted { budget.streamEnded(); s.counted = false }
+        if !s.parts.isEmpty, !s.counted { budget.streamStarted(); s.counted = true }
+    }
+
+    // MARK: - Reading
+
+    private struct Plan {
+        var needed: [Part] = []
+        var scheduled: [(part: Part, urgent: Bool)] = []
+    }
+
+    /// Up to `size` bytes at `offset`; fewer only at end of file.
+    func read(_ stream: ReadStream, offset: UInt64, size: Int) throws(FSError) -> FileBytes {
+        let file = stream.file
+        guard offset < file.size, size > 0 else { return .empty }
+        let end = min(file.size, offset + UInt64(size))
+        let plan = stream.state.withLock { self.plan(&$0, file: file, offset: offset, end: end) }
+        for (part, urgent) in plan.scheduled {
+            workers.submit(urgent: urgent) { [self] in
+                if part.claim() { fetch(part, of: stream) }
+            }
+        }
+        var pieces: [(part: Part, offsets: Range<Int>)] = []
+        var cursor = offset
+        for part in plan.needed where cursor < end {
+            guard part.range.lowerBound <= cursor else { break }
+            let want = Int(min(end, part.range.upperBound) - part.range.lowerBound)
+            let outcome: Part.Wait
+            do {
+                outcome = try part.wait(forPrefix: want)
+            } catch {
+                // A failed part leaves the stream with the rest of it, so the next read tries afresh.
+                drop(stream)
+                throw error
+            }
+            guard outcome == .ready else { break }
+            pieces.append((part, Int(cursor - part.range.lowerBound)..<want))
+            cursor = part.range.lowerBound + UInt64(want)
+        }
+        if cursor < end {
+            // Not in the stream (random, behind it, beyond the budget, or dropped meanwhile).
+            let first = cursor / Self.page * Self.page
+            let last = min(file.size, (end + Self.page - 1) / Self.page * Self.page)
+            let part = Part(range: first..<last, budget: nil)
+            _ = part.claim()
+            fetch(part, of: stream)
+            _ = try part.wait(forPrefix: Int(end - first))
+            pieces.append((part, Int(cursor - first)..<Int(end - first)))
+        }
+        settle(stream, served: pieces)
+        return FileBytes(pieces: pieces)
+    }
+
+    /// Decides, under the stream's lock, what this read uses and what to fetch.
+    private func plan(_ s: inout StreamState, file: ReadFile, offset: UInt64, end: UInt64) -> Plan {
+        guard !s.closed else { return Plan() }
+        var inStream = false
+        if let start = s.parts.first?.range.lowerBound, let scheduledEnd = s.parts.last?.range.upperBound {
+            let gap = max(s.window, options.initialWindow)
+            if offset >= start && offset <= scheduledEnd + gap {
+                inStream = true
+            } else if offset < start && offset + Self.straggle >= start {
+                return Plan()   // a late read just behind the stream: fetch it alone, keep the stream
+            }
+        }
+        let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
+        if !inStream {
+            drop(&s)
+            s.lastReadEnd = end
+            guard follows else { return Plan() }   // random: fetched alone
+            s.window = options.initialWindow
+            s.nextPartSize = min(options.initialWindow, options.maxPartSize)
+            s.furthest = end
+        } else if end > s.furthest {
+            s.window = min(s.window * 2, options.maxWindow)
+            s.furthest = end
+        }
+        s.lastReadEnd = max(s.lastReadEnd ?? 0, end)
+
+        // Parts wholly behind the reader (skipped by a forward seek) go once stragglers are unlikely.
+        while let first = s.parts.first, first.range.upperBound + Self.straggle <= offset {
+            first.cancel()
+            s.parts.removeFirst()
+        }
+
+        // The stream's share shrinks as more streams hold read-ahead.
+        let limit = min(options.maxWindow, max(options.initialWindow, budget.share))
+        s.window = min(s.window, limit)
+        var plan = Plan()
+        var held = s.parts.reduce(UInt64(0)) { $0 + UInt64($1.length) }
+        var next = s.parts.last?.range.upperBound ?? offset
+        let target = min(file.size, end + s.window)
+        while next < target {
+            let size = min(s.nextPartSize, limit, file.size - next)
+            let neededNow = next < end
+            if !neededNow && held + size > limit { break }
+            guard budget.reserve(size) else { break }
+            let part = Part(range: next..<(next + size), budget: budget)
+            s.parts.append(part)
+            plan.scheduled.append((part, neededNow))
+            held += size
+            next += size
+            s.nextPartSize = min(s.nextPartSize * 2, options.maxPartSize)
+        }
+        count(&s)
+        plan.needed = s.parts.filter { $0.range.upperBound > offset && $0.range.lowerBound < end }
+        return plan
+    }
+
+    /// Counts what was served; parts at the front that have been read whole leave the stream.
+    private func settle(_ stream: ReadStream, served pieces: [(part: Part, offsets: Range<Int>)]) {
+        var anyDone = false
+        for (part, offsets) in pieces where part.markServed(offsets.count) { anyDone = true }
+        guard anyDone else { return }
+        stream.state.withLock { s in
+            while let first = s.parts.first, first.isFullyServed {
+                s.parts.removeFirst()
+            }
+            count(&s)
+        }
+    }
+
+    // MARK: - Fetching
+
+    /// Fills `part` (claimed by the caller) from the block cache and Dropbox, resuming after
+    /// failures that made progress.
+    func fetch(_ part: Part, of stream: ReadStream) {
+        let file = stream.file
+        var stalls = 0
+        while true {
+            let done = part.filledCount
+            let start = part.range.lowerBound + UInt64(done)
+            if start >= part.range.upperBound { break }
+            if part.isCancelled { return }
+            guard stream.isCurrent() else { return part.fail(.changedSinceOpen) }
+            if let cache, cache.fill(part, file: file) { continue }
+            let end = cache?.nextCachedOffset(after: start, before: part.range.upperBound, file: file) ?? part.range.upperBound
+            do throws(DropboxError) {
+                let got = try api.download(path: file.path, range: start..<end) { part.append($0) }
+                if part.isCancelled { return }
+                if start + got < end {
+                    logger.warning("download ended before the file's size", metadata: [
+                        "rev": "\(file.rev)", "at": "\(start + got)", "size": "\(file.size)"])
+                    return part.fail(.upstream(.malformedResponse("rev \(file.rev) ended at byte \(start + got) of \(file.size)")))
+                }
+                stalls = 0
+            } catch {
+                if part.isCancelled { return }
+                stalls = part.filledCount > done ? 0 : stalls + 1
+                guard error.isTransient, stalls < 2 else {
+                    logger.warning("read failed", metadata: ["rev": "\(file.rev)", "error": "\(error)"])
+                    // The rev is gone only if the file changed after open; that is a failed read, not ENOENT.
+                    return part.fail(error.isRoute("path") ? .upstream(error) : FSError(error))
+                }
+                logger.debug("resuming a part", metadata: ["rev": "\(file.rev)", "at": "\(part.range.lowerBound + UInt64(part.filledCount))"])
+            }
+        }
+        part.finish()
+        cache?.store(part, file: file)
+    }
+}
+
+extension DropboxError {
+    /// Failures that may pass: the link, the server, a rate limit.
+    var isTransient: Bool {
+        switch self {
+        case .transport, .server, .rateLimited: true
+        default: false
+        }
+    }
+}

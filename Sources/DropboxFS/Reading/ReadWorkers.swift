@@ -1,0 +1,83 @@
+// The threads that fetch read-ahead parts: a small fixed pool, not a `Task` or a thread per
+// request. Each worker runs one blocking download at a time (libcurl on the calling thread, one
+// pooled connection), so the pool size is also the number of parallel Range requests a mount makes
+// for read-ahead. Threads start on first use, which is after libfuse's daemonizing fork, and leave
+// after a while without work (a test's engines do not leave threads behind for long).
+//
+// Two queues: a part a reader is already waiting for goes before read-ahead, so a stream that
+// starts (or restarts after a seek) is not stuck behind other files' prefetching.
+
+import Foundation
+
+final class ReadWorkers: @unchecked Sendable {
+    // `@unchecked Sendable`: every stored var is read and written only under `condition`'s lock.
+    private let condition = NSCondition()
+    private var urgent: [@Sendable () -> Void] = []
+    private var background: [@Sendable () -> Void] = []
+    private var urgentHead = 0
+    private var backgroundHead = 0
+    private var threads = 0
+    private var idle = 0
+    let limit: Int
+    private let idleExit: TimeInterval
+
+    init(limit: Int, idleExit: TimeInterval = 30) {
+        self.limit = max(1, limit)
+        self.idleExit = idleExit
+    }
+
+    func submit(urgent isUrgent: Bool, _ job: @escaping @Sendable () -> Void) {
+        condition.lock()
+        if isUrgent { urgent.append(job) } else { background.append(job) }
+        let pending = urgent.count - urgentHead + background.count - backgroundHead
+        let spawn = pending > idle && threads < limit
+        if spawn { threads += 1 }
+        condition.signal()
+        condition.unlock()
+        if spawn {
+            let thread = Thread { [self] in loop() }
+            thread.name = "dbx-read"
+            thread.start()
+        }
+    }
+
+    /// Threads running now (for tests).
+    var threadCount: Int { condition.withLock { threads } }
+
+    private func next() -> (@Sendable () -> Void)? {
+        if urgentHead < urgent.count {
+            defer { urgentHead += 1; compact() }
+            return urgent[urgentHead]
+        }
+        if backgroundHead < background.count {
+            defer { backgroundHead += 1; compact() }
+            return background[backgroundHead]
+        }
+        return nil
+    }
+
+    private func compact() {
+        if urgentHead == urgent.count { urgent.removeAll(keepingCapacity: true); urgentHead = 0 }
+        if backgroundHead == background.count { background.removeAll(keepingCapacity: true); backgroundHead = 0 }
+    }
+
+    private func loop() {
+        condition.lock()
+        while true {
+            if let job = next() {
+                condition.unlock()
+                job()
+                condition.lock()
+                continue
+            }
+            idle += 1
+            let woke = condition.wait(until: Date().addingTimeInterval(idleExit))
+            idle -= 1
+            if !woke, urgentHead == urgent.count, backgroundHead == background.count {
+                threads -= 1
+                condition.unlock()
+                return
+            }
+        }
+    }
+}

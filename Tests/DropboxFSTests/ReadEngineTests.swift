@@ -1,0 +1,271 @@
+import DropboxClient
+@testable import DropboxFS
+import Foundation
+import Synchronization
+import Testing
+
+/// The read engine (issue 6): read-ahead, one memory budget, resuming parts, the block cache.
+@Suite("Read engine against an in-memory Dropbox")
+struct ReadEngineTests {
+    let dropbox = FakeDropbox()
+    let clock = ManualClock()
+
+    static let MiB = 1 << 20
+
+    /// Distinct bytes everywhere (each 8-byte word holds its own offset), so a misplaced range
+    /// cannot compare equal.
+    static func content(_ size: Int, salt: UInt64 = 0) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: size)
+        bytes.withUnsafeMutableBytes { raw in
+            let words = raw.count / 8
+            let base = raw.baseAddress!
+            for i in 0..<words { base.storeBytes(of: UInt64(i * 8) ^ salt, toByteOffset: i * 8, as: UInt64.self) }
+            for i in (words * 8)..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i) }
+        }
+        return bytes
+    }
+
+    func makeFS(_ readAhead: ReadAheadOptions = ReadAheadOptions(), ttl: Int = 60, api: FakeDropbox? = nil) -> DropboxFS {
+        var options = FilesystemOptions(metadataTTL: .seconds(ttl))
+        options.readAhead = readAhead
+        return DropboxFS(api: api ?? dropbox, options: options, folderModified: 0, now: clock.now)
+    }
+
+    func open(_ fs: DropboxFS, _ name: String) throws -> FileHandleID {
+        try fs.open(try fs.lookup(parent: .root, name: name).inode).handle
+    }
+
+    func readAll(_ fs: DropboxFS, _ handle: FileHandleID, size: Int, chunk: Int = 128 << 10) throws -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(size)
+        var offset = 0
+        while offset < size {
+            let bytes = try fs.read(handle, offset: UInt64(offset), size: chunk)
+            if bytes.isEmpty { break }
+            out += bytes
+            offset += bytes.count
+        }
+        return out
+    }
+
+    @Test func sequentialReadsGrowTheWindowInDoublingParts() throws {
+        let content = Self.content(48 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        #expect(try readAll(fs, handle, size: content.count) == content)
+        let ranges = dropbox.downloadRanges
+        #expect(ranges.first == 0..<UInt64(Self.MiB), "the first part is the initial 1 MiB window")
+        let lengths = ranges.map { Int($0.upperBound - $0.lowerBound) }
+        #expect(Array(lengths.prefix(4)) == [1, 2, 4, 8].map { $0 * Self.MiB }, "parts double up to 8 MiB")
+        #expect(lengths.allSatisfy { $0 <= 8 * Self.MiB })
+        #expect(dropbox.downloadedBytes == UInt64(content.count), "every byte downloaded exactly once")
+        #expect(ranges.count <= 10)
+        fs.release(handle)
+        #expect(eventually { fs.readAheadUsage.reserved == 0 }, "a released handle gives its memory back")
+    }
+
+    @Test func readAheadHidesLatency() throws {
+        let content = Self.content(32 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        dropbox.setDownloadLatency(0.02)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        let start = Date()
+        #expect(try readAll(fs, handle, size: content.count) == content)
+        let elapsed = Date().timeIntervalSince(start)
+        // 256 reads one round trip each would take 5 s; read-ahead needs a handful of round trips.
+        #expect(elapsed < 2, "took \(elapsed) s")
+    }
+
+    @Test func concurrentOutOfOrderReadsOfOneHandleStayInTheStream() throws {
+        let content = Self.content(24 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        // The kernel's read-ahead sends one reader's reads from several threads at once.
+        let chunk = 128 << 10
+        let results = Mutex<[Int: [UInt8]]>([:])
+        let next = Atomic<Int>(0)
+        let threads = (0..<4).map { _ in
+            Thread {
+                while true {
+                    let index = next.add(1, ordering: .relaxed).oldValue
+                    guard index * chunk < content.count else { return }
+                    let bytes = (try? fs.read(handle, offset: UInt64(index * chunk), size: chunk)) ?? []
+                    results.withLock { $0[index] = bytes }
+                }
+            }
+        }
+        threads.forEach { $0.start() }
+        #expect(eventually(within: 20) { results.withLock { $0.count } * chunk >= content.count })
+        let joined = results.withLock { r in (0..<r.count).flatMap { r[$0] ?? [] } }
+        #expect(joined == content)
+        #expect(dropbox.downloadedBytes <= UInt64(content.count) + UInt64(2 * Self.MiB))
+    }
+
+    @Test func manyReadersShareOneBudget() throws {
+        let files = (0..<8).map { Self.content(12 * Self.MiB, salt: UInt64($0) << 40) }
+        for (i, content) in files.enumerated() { dropbox.addFile("/f\(i).bin", content) }
+        let budget: UInt64 = 16 << 20
+        let fs = makeFS(ReadAheadOptions(memoryBudget: budget))
+        let handles = try (0..<8).map { try open(fs, "f\($0).bin") }
+        var read = Array(repeating: [UInt8](), count: 8)
+        let chunk = 256 << 10
+        var offset = 0
+        while offset < 12 * Self.MiB {
+            for i in 0..<8 { read[i] += try fs.read(handles[i], offset: UInt64(offset), size: chunk) }
+            let usage = fs.readAheadUsage
+            #expect(usage.reserved <= budget)
+            offset += chunk
+        }
+        #expect(read == files)
+        #expect(fs.readAheadUsage.peak <= budget, "read-ahead never held more than the budget")
+        #expect(fs.readAheadUsage.streams <= 8)
+        // With 8 streams each may hold 2 MiB: no part is larger than that once all are going.
+        let late = dropbox.downloadRanges.suffix(20).map { $0.upperBound - $0.lowerBound }
+        #expect(late.allSatisfy { $0 <= 2 << 20 }, "windows shrink with many readers: \(late)")
+        handles.forEach(fs.release)
+        #expect(eventually { fs.readAheadUsage.reserved == 0 && fs.readAheadUsage.streams == 0 })
+    }
+
+    @Test func randomSmallReadsDownloadLittleMoreThanTheyRead() throws {
+        let content = Self.content(64 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        var generator = SplitMix(seed: 42)
+        var returned = 0
+        for _ in 0..<300 {
+            let offset = Int(generator.next() % UInt64(content.count / 4096)) * 4096
+            let bytes = try fs.read(handle, offset: UInt64(offset), size: 4096)
+            #expect(bytes == Array(content[offset..<(offset + 4096)]))
+            returned += bytes.count
+        }
+        let amplification = Double(dropbox.downloadedBytes) / Double(returned)
+        #expect(amplification <= 4, "downloaded \(amplification)x what was read")
+    }
+
+    @Test func aTailReadDownloadsAtMostFourMiB() throws {
+        let size = 64 * Self.MiB
+        let content = Self.content(size)
+        dropbox.addFile("/big.bin", content)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        // What tail -c 1M looks like through the page cache: a small read, then larger ones.
+        var offset = size - Self.MiB
+        var out = try fs.read(handle, offset: UInt64(offset), size: 8192)
+        offset += out.count
+        while offset < size {
+            let bytes = try fs.read(handle, offset: UInt64(offset), size: 128 << 10)
+            out += bytes
+            offset += bytes.count
+        }
+        #expect(out == Array(content[(size - Self.MiB)...]))
+        #expect(dropbox.downloadedBytes <= UInt64(4 * Self.MiB), "downloaded \(dropbox.downloadedBytes) bytes")
+    }
+
+    @Test func readAheadOfASupersededRevIsDroppedNotServed() throws {
+        let content = Self.content(32 * Self.MiB)
+        dropbox.addFile("/f.bin", content)
+        let fs = makeFS(ttl: 1)
+        let inode = try fs.lookup(parent: .root, name: "f.bin").inode
+        let handle = try fs.open(inode).handle
+        #expect(try fs.read(handle, offset: 0, size: 128 << 10) == Array(content[0..<(128 << 10)]))
+        #expect(try fs.read(handle, offset: 128 << 10, size: 128 << 10) == Array(content[(128 << 10)..<(256 << 10)]))
+        #expect(fs.readAheadUsage.reserved > 0, "the stream holds read-ahead")
+        dropbox.addFile("/f.bin", Self.content(32 * Self.MiB, salt: 1))
+        clock.advance(by: 2)
+        _ = try fs.attributes(of: inode)   // the tree learns the new rev
+        // The bytes at 256 KiB were fetched ahead for the old rev; they must not be served now.
+        #expect(throws: FSError.changedSinceOpen) { try fs.read(handle, offset: 256 << 10, size: 128 << 10) }
+        #expect(eventually { fs.readAheadUsage.reserved == 0 }, "the old rev's buffers are dropped at once")
+        // A new handle reads the new rev.
+        let fresh = try fs.open(inode).handle
+        #expect(try fs.read(fresh, offset: 0, size: 16) == Array(Self.content(32 * Self.MiB, salt: 1)[0..<16]))
+    }
+
+    @Test func aPartCutShortResumesFromTheByteWhereItStopped() throws {
+        let content = Self.content(Self.MiB)
+        dropbox.addFile("/f.bin", content)
+        dropbox.cutShort(after: [300_000, 0, 5])
+        let fs = makeFS()
+        let handle = try open(fs, "f.bin")
+        #expect(try readAll(fs, handle, size: content.count) == content)
+        let starts = dropbox.downloadRanges.map(\.lowerBound)
+        #expect(starts == [0, 300_000, 300_000, 300_005], "each retry asks only for the missing bytes")
+    }
+
+    @Test func aPartThatCannotBeFetchedFailsItsReads() throws {
+        dropbox.addFile("/f.bin", Self.content(Self.MiB))
+        let fs = makeFS()
+        let handle = try open(fs, "f.bin")
+        dropbox.fail(with: .server(status: 503, body: ""))
+        #expect(throws: FSError.upstream(.server(status: 503, body: ""))) { try fs.read(handle, offset: 0, size: 4096) }
+        dropbox.fail(with: nil)
+        #expect(try fs.read(handle, offset: 4096, size: 4096) == Array(Self.content(Self.MiB)[4096..<8192]),
+                "a later read tries again")
+    }
+
+    @Test func theBlockCacheServesASecondReadWithoutDownloading() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-blocks-\(UUID())").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let content = Self.content(5 * Self.MiB + 12345)
+        dropbox.addFile("/f.bin", content)
+        let options = ReadAheadOptions(blockCacheDirectory: directory, blockCacheBytes: 64 << 20)
+        let first = makeFS(options)
+        let handle = try open(first, "f.bin")
+        #expect(try readAll(first, handle, size: content.count) == content)
+        first.release(handle)
+        #expect(eventually { first.reader.cache?.usage.bytes == UInt64(content.count) }, "every block is kept")
+
+        let downloads = dropbox.counters.download
+        let second = makeFS(options)   // a remount: a new core over the same directory
+        let again = try open(second, "f.bin")
+        #expect(try readAll(second, again, size: content.count) == content)
+        #expect(try second.read(again, offset: 3_000_000, size: 4096) == Array(content[3_000_000..<3_004_096]))
+        #expect(dropbox.counters.download == downloads, "no download call for a cached file")
+
+        let attributes = try FileManager.default.attributesOfItem(atPath: directory)
+        #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o700)
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory) {
+            let mode = try FileManager.default.attributesOfItem(atPath: directory + "/" + name)[.posixPermissions]
+            #expect((mode as? NSNumber)?.intValue == 0o600, "\(name)")
+        }
+    }
+
+    @Test func theBlockCacheEvictsLeastRecentlyUsedBlocks() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-blocks-\(UUID())").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let a = Self.content(4 * Self.MiB), b = Self.content(4 * Self.MiB, salt: 7)
+        dropbox.addFile("/a.bin", a)
+        dropbox.addFile("/b.bin", b)
+        let fs = makeFS(ReadAheadOptions(blockCacheDirectory: directory, blockCacheBytes: 6 << 20))
+        let ha = try open(fs, "a.bin")
+        #expect(try readAll(fs, ha, size: a.count) == a)
+        #expect(eventually { fs.reader.cache?.usage.blocks == 4 })
+        let hb = try open(fs, "b.bin")
+        #expect(try readAll(fs, hb, size: b.count) == b)
+        #expect(eventually { fs.reader.cache?.usage.blocks == 6 })
+        #expect(fs.reader.cache!.usage.bytes <= 6 << 20)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).count == 6)
+        // The newest blocks (b's) stayed: reading b again downloads nothing.
+        let downloads = dropbox.counters.download
+        let again = try open(fs, "b.bin")
+        #expect(try readAll(fs, again, size: b.count) == b)
+        #expect(dropbox.counters.download == downloads)
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so random offsets are the same every run.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
