@@ -130,7 +130,10 @@ struct AuthCommand: ParsableCommand {
             do { code = try receiver.waitForCode(state: state, timeout: 300) } catch { exitWithMessage(error.description, code: 1) }
         } else {
             stderr.write(Data("\nThen paste the code Dropbox shows here and press Enter: ".utf8))
-            guard let line = readLine()?.trimmingCharacters(in: .whitespacesAndNewlines), !line.isEmpty else {
+            let input = readLine()
+            // A terminal echoes the user's Enter; a pipe does not, so end the prompt's line here.
+            if isatty(STDIN_FILENO) == 0 { stderr.write(Data("\n".utf8)) }
+            guard let line = input?.trimmingCharacters(in: .whitespacesAndNewlines), !line.isEmpty else {
                 exitWithMessage("no code was entered", code: 1)
             }
             code = line

@@ -11,7 +11,7 @@
 //   so a thousand FUSE threads hitting an expired token make one `/oauth2/token` call.
 //
 // A refresh token the server refuses (400 `invalid_grant`: revoked, or the app was unlinked) is
-// final: it is logged once, and from then on every call fails at once with `.auth(invalid_grant)`,
+// final: it is logged once (if it had worked before), and from then on every call fails at once with `.auth(invalid_grant)`,
 // which the filesystem answers with EACCES, without asking the server again. Transient failures
 // (network, 5xx, 429) are retried briefly; if they persist the old token is used while it lasts.
 //
@@ -175,8 +175,13 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
                 error = e
             }
             if case .auth(let tag, let summary) = error {
-                // Logged here, once: later calls fail from `state.failure` without reaching this.
-                logger.error("Dropbox refused the refresh token (\(tag): \(summary)); every operation now fails with EACCES. Sign in again with 'dbx-mount auth', then remount")
+                // A refusal after the token has worked means it was revoked under a running mount,
+                // and only a log line can say so: logged here, once, as later calls fail from
+                // `state.failure` without reaching this. A refusal on the first refresh is the
+                // caller's to report (the CLI prints it as its one line of error).
+                if lock.withLock({ state.refreshes > 0 }) {
+                    logger.error("Dropbox refused the refresh token (\(tag): \(summary)); every operation now fails with EACCES. Sign in again with 'dbx-mount auth', then remount")
+                }
                 return .failure(error)
             }
             let elapsed = clock.now - start
