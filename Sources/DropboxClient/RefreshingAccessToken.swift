@@ -41,6 +41,10 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
         /// Final: the refresh token was refused.
         var failure: DropboxError?
         var refreshes = 0
+        /// Refreshes finished, successful or not: a waiter knows its flight landed when this moves.
+        var landed = 0
+        /// Why the last refresh failed, if it failed transiently; shared with everyone who waited for it.
+        var lastFailure: DropboxError?
     }
 
     private let endpoint: OAuthTokenEndpoint
@@ -98,7 +102,11 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
                         // Someone is refreshing: use the old token while it is still good rather
                         // than wait; wait only when there is no usable token.
                         if let token = state.token, now < state.expiresAt { return .use(token) }
-                        lock.wait()
+                        let flight = state.landed
+                        while state.refreshing && state.landed == flight { lock.wait() }
+                        // The flight failed: its waiters share the failure rather than each
+                        // leading another attempt in turn while Dropbox is unreachable.
+                        if state.token == nil, let failure = state.lastFailure { return .fail(failure) }
                         continue
                     }
                     state.refreshing = true
@@ -133,6 +141,7 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
         let outcome = fetch()
         return try lock.withLock { () throws(DropboxError) -> String? in
             state.refreshing = false
+            state.landed += 1
             defer { lock.broadcast() }
             let now = clock.now
             switch outcome {
@@ -142,8 +151,10 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
                 state.refreshAt = now + Self.refreshLead(lifetime: lifetime).remaining
                 state.expiresAt = now + .seconds(lifetime)
                 state.refreshes += 1
+                state.lastFailure = nil
                 return grant.accessToken
             case .failure(let error):
+                state.lastFailure = error
                 if case .auth = error {
                     state.failure = error
                     state.token = nil

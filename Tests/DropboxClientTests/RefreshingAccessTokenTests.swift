@@ -73,9 +73,21 @@ extension EmulatorFixture {
     }
 }
 
-/// Runs `body` on `count` threads at once.
-private func concurrently(_ count: Int, _ body: @Sendable @escaping (Int) -> Void) {
-    DispatchQueue.concurrentPerform(iterations: count, execute: body)
+/// Runs `body` on `count` threads at once (real threads, released together: `concurrentPerform`
+/// would run only as many at a time as there are cores).
+func concurrently(_ count: Int, _ body: @Sendable @escaping (Int) -> Void) {
+    let start = DispatchSemaphore(value: 0)
+    let done = DispatchGroup()
+    for i in 0..<count {
+        done.enter()
+        Thread {
+            start.wait()
+            body(i)
+            done.leave()
+        }.start()
+    }
+    for _ in 0..<count { start.signal() }
+    done.wait()
 }
 
 @Suite("RefreshingAccessToken against the emulator")
@@ -271,6 +283,23 @@ struct RefreshingAccessTokenFakeTests {
         // And the failed refresh is not retried on every call.
         #expect(try fresh.accessToken() == "sl.old")
         #expect(transport.requests.count == before + 1)
+    }
+
+    @Test func waitersShareAFailedRefresh() throws {
+        // Dropbox is down and slow: everyone waiting for the one refresh gets its error, instead of
+        // each leading another attempt in turn.
+        let transport = FakeTransport { _, _ throws(DropboxError) in
+            Thread.sleep(forTimeInterval: 0.3)
+            return response(503, "down")
+        }
+        let provider = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), retryPolicy: .never)
+        let errors = Mutex<[DropboxError?]>([])
+        concurrently(8) { _ in
+            let error = thrown { () throws(DropboxError) -> String in try provider.accessToken() }
+            errors.withLock { $0.append(error) }
+        }
+        #expect(errors.withLock { $0 }.allSatisfy { $0 == .server(status: 503, body: "down") })
+        #expect(transport.requests.count <= 2)
     }
 
     @Test func refusedGrantIsAnAuthErrorWithTheTokenCutOut() throws {
