@@ -16,7 +16,7 @@ struct MountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -72,6 +72,8 @@ struct MountCommand: ParsableCommand {
 
     @Flag(help: "Keep no persistent metadata cache: every mount lists the whole folder again.")
     var noCache = false
+
+    @OptionGroup(title: "Reading") var readOptions: ReadOptions
 
     mutating func run() throws {
         do throws(UsageError) {
@@ -154,11 +156,12 @@ struct MountCommand: ParsableCommand {
         } else {
             ttlSeconds = try options.number("ttl") ?? 60
         }
-        let filesystemOptions = FilesystemOptions(
+        var filesystemOptions = FilesystemOptions(
             rootPath: source, metadataTTL: .seconds(Int(ttlSeconds)),
             uid: try options.number("uid") ?? getuid(), gid: try options.number("gid") ?? getgid(),
             umask: try options.number("umask", radix: 8),
             caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
+        filesystemOptions.readAhead = try readOptions.readAhead(options)
         // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
         let store: DeferredStore? = noCache || options.settings["no_cache"] != nil ? nil : DeferredStore(
             directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,

@@ -223,6 +223,10 @@ public final class DropboxFS: Sendable {
         if let stream { reader.close(stream) }
     }
 
+    /// At unmount: lets downloads in flight finish into the block cache (a few seconds at most)
+    /// and forgets queued read-ahead.
+    public func stopReading() { reader.shutdown() }
+
     /// Read-ahead memory now, its peak, and the streams holding some (for tests and logs).
     public var readAheadUsage: (reserved: UInt64, peak: UInt64, streams: Int) { reader.budget.usage }
 

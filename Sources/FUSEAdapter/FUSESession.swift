@@ -37,6 +37,7 @@ public final class FUSESession {
             throw MountError(description: "cannot mount at \(mountpoint) (is /dev/fuse available, and fusermount3 installed?)")
         }
         mounted = true
+        context.mountpoint.withLock { $0 = mountpoint }
     }
 
     /// Detaches into the background unless `foreground`. libfuse forks here; the parent exits once
@@ -56,6 +57,7 @@ public final class FUSESession {
     deinit {
         let mount = context.takeUnretainedValue()
         mount.filesystem.stopChangeFeed()
+        mount.filesystem.stopReading()
         mount.filesystem.persist()   // the next mount starts from this tree and catches up
         mount.invalidator.withLock { $0 }?.stop()
         fuse_remove_signal_handlers(session)

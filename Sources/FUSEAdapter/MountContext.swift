@@ -11,6 +11,9 @@ public final class MountContext: Sendable {
     let followChanges: Bool
     /// Set by FUSESession once the session exists; started from `init`, after any daemonizing fork.
     let invalidator = Mutex<KernelInvalidator?>(nil)
+    /// Where the session mounted; set by FUSESession.
+    let mountpoint = Mutex<String?>(nil)
+    private let readaheadRaised = Atomic<Bool>(false)
 
     public init(filesystem: DropboxFS, logger: Logger, followChanges: Bool = true) {
         self.filesystem = filesystem
@@ -22,6 +25,13 @@ public final class MountContext: Sendable {
     var timeouts: KernelCacheTimeouts {
         let seconds = filesystem.kernelCacheSeconds
         return KernelCacheTimeouts(entry: seconds, attributes: seconds, negativeEntry: seconds)
+    }
+
+    /// Raises the kernel's read-ahead for this mount, once. Called at the first open rather than
+    /// at `init`: INIT's reply would lower it again if it came after.
+    func raiseKernelReadahead() {
+        guard !readaheadRaised.exchange(true, ordering: .relaxed), let mountpoint = mountpoint.withLock({ $0 }) else { return }
+        KernelReadahead.raise(mountpoint: mountpoint, logger: logger)
     }
 
     /// FUSE's `init`: the first moment threads may start (libfuse has forked by now, if it will).

@@ -74,6 +74,19 @@ struct Reply: ~Copyable {
         discard self
     }
 
+    /// Several buffers as one answer, without joining them first. The corresponding C functions
+    /// are `fuse_reply_buf` (one slice) and `fuse_reply_iov`.
+    consuming func slices(_ slices: [UnsafeRawBufferPointer]) {
+        if slices.count <= 1 {
+            let buffer = slices.first ?? UnsafeRawBufferPointer(start: nil, count: 0)
+            fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
+        } else {
+            let vectors = slices.map { iovec(iov_base: UnsafeMutableRawPointer(mutating: $0.baseAddress), iov_len: $0.count) }
+            _ = vectors.withUnsafeBufferPointer { fuse_reply_iov(request, $0.baseAddress, Int32($0.count)) }
+        }
+        discard self
+    }
+
     /// The corresponding C function is `fuse_reply_xattr` (the size a getxattr/listxattr needs).
     consuming func attributeSize(_ size: Int) {
         fuse_reply_xattr(request, size)

@@ -26,6 +26,7 @@ final class BlockCache: Sendable {
     let capacity: UInt64
     private let logger: Logger
     private let index = Mutex<Index?>(nil)
+    private let loading = NSLock()
 
     private struct Index {
         var entries: [String: (size: UInt64, tick: UInt64)] = [:]
@@ -81,8 +82,14 @@ final class BlockCache: Sendable {
 
     private func withIndex<R>(_ body: (inout Index) -> R) -> R {
         if index.withLock({ $0 == nil }) {
-            let loaded = load()
-            index.withLock { if $0 == nil { $0 = loaded } }
+            // Once, and by one thread: a second scan racing the first writer's temporary files
+            // would delete them as leftovers. The index's own lock is not held for the scan.
+            loading.lock()
+            if index.withLock({ $0 == nil }) {
+                let loaded = load()
+                index.withLock { $0 = loaded }
+            }
+            loading.unlock()
         }
         return index.withLock { body(&$0!) }
     }

@@ -144,6 +144,12 @@ final class ReadEngine: Sendable {
         if !s.parts.isEmpty, !s.counted { budget.streamStarted(); s.counted = true }
     }
 
+    /// At unmount: queued read-ahead is forgotten, parts being fetched finish (and reach the block
+    /// cache), for at most a few seconds.
+    func shutdown() {
+        workers.drain(timeout: 5)
+    }
+
     // MARK: - Reading
 
     private struct Plan {
@@ -207,6 +213,11 @@ final class ReadEngine: Sendable {
         }
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
         if !inStream {
+            if !s.parts.isEmpty {
+                logger.debug("read outside the stream; dropping it", metadata: [
+                    "offset": "\(offset)", "stream": "\(s.parts.first!.range.lowerBound)-\(s.parts.last!.range.upperBound)",
+                    "last": "\(s.lastReadEnd ?? 0)"])
+            }
             drop(&s)
             s.lastReadEnd = end
             guard follows else { return Plan() }   // random: fetched alone
@@ -279,7 +290,9 @@ final class ReadEngine: Sendable {
             let end = cache?.nextCachedOffset(after: start, before: part.range.upperBound, file: file) ?? part.range.upperBound
             do throws(DropboxError) {
                 let got = try api.download(path: file.path, range: start..<end) { part.append($0) }
-                if part.isCancelled { return }
+                // A part cancelled after its last byte arrived (its file was closed at once) is
+                // still complete, and still worth keeping in the block cache.
+                if part.isCancelled && part.filledCount < part.length { return }
                 if start + got < end {
                     logger.warning("download ended before the file's size", metadata: [
                         "rev": "\(file.rev)", "at": "\(start + got)", "size": "\(file.size)"])
@@ -297,8 +310,10 @@ final class ReadEngine: Sendable {
                 logger.debug("resuming a part", metadata: ["rev": "\(file.rev)", "at": "\(part.range.lowerBound + UInt64(part.filledCount))"])
             }
         }
-        part.finish()
+        // Stored before the part counts as finished: readers never wait for this (they wait for
+        // bytes), but an unmount that drains the workers then keeps every block that arrived.
         cache?.store(part, file: file)
+        part.finish()
     }
 }
 

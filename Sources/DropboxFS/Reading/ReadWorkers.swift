@@ -18,6 +18,7 @@ final class ReadWorkers: @unchecked Sendable {
     private var backgroundHead = 0
     private var threads = 0
     private var idle = 0
+    private var running = 0
     let limit: Int
     private let idleExit: TimeInterval
 
@@ -44,6 +45,19 @@ final class ReadWorkers: @unchecked Sendable {
     /// Threads running now (for tests).
     var threadCount: Int { condition.withLock { threads } }
 
+    /// Forgets queued jobs and waits (at most `timeout` seconds) for running ones to end, so an
+    /// unmount keeps what was downloaded (the block cache) without waiting for read-ahead.
+    func drain(timeout: TimeInterval) {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        urgent.removeAll()
+        background.removeAll()
+        urgentHead = 0
+        backgroundHead = 0
+        while running > 0 && condition.wait(until: deadline) {}
+        condition.unlock()
+    }
+
     private func next() -> (@Sendable () -> Void)? {
         if urgentHead < urgent.count {
             defer { urgentHead += 1; compact() }
@@ -65,9 +79,12 @@ final class ReadWorkers: @unchecked Sendable {
         condition.lock()
         while true {
             if let job = next() {
+                running += 1
                 condition.unlock()
                 job()
                 condition.lock()
+                running -= 1
+                condition.broadcast()
                 continue
             }
             idle += 1

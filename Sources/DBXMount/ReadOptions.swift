@@ -1,0 +1,39 @@
+import ArgumentParser
+import DropboxFS
+
+/// How file contents are read (issue 6): the read-ahead memory budget and the optional on-disk
+/// block cache. Each flag has an `-o` form for fstab (`readahead_memory=MIB`, `block_cache_dir=PATH`,
+/// `block_cache_size=MIB`); a flag wins over its `-o` form.
+struct ReadOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("MiB all open files together may hold read ahead (default 256; 0 reads only what is asked).",
+                               valueName: "MiB"))
+    var readaheadMemory: Int?
+
+    @Option(help: ArgumentHelp("Keep downloaded blocks in this directory, across mounts (default: no block cache).",
+                               valueName: "path"))
+    var blockCacheDir: String?
+
+    @Option(help: ArgumentHelp("MiB the block cache may use; least recently used blocks go first (default 1024).",
+                               valueName: "MiB"))
+    var blockCacheSize: Int?
+
+    /// The read engine's options from these flags, else their `-o` forms, else the defaults.
+    func readAhead(_ list: MountOptionList) throws(UsageError) -> ReadAheadOptions {
+        var options = ReadAheadOptions()
+        if let mib = try mebibytes(readaheadMemory, list, "readahead_memory") { options.memoryBudget = mib << 20 }
+        if let mib = try mebibytes(blockCacheSize, list, "block_cache_size") { options.blockCacheBytes = mib << 20 }
+        if let directory = blockCacheDir ?? list.settings["block_cache_dir"] {
+            guard !directory.isEmpty else { throw UsageError("--block-cache-dir needs a directory") }
+            options.blockCacheDirectory = directory
+        }
+        return options
+    }
+
+    private func mebibytes(_ flag: Int?, _ list: MountOptionList, _ name: String) throws(UsageError) -> UInt64? {
+        if let flag {
+            guard flag >= 0 else { throw UsageError("--\(name.replacingOccurrences(of: "_", with: "-")) needs a number of MiB, not \(flag)") }
+            return UInt64(flag)
+        }
+        return try list.number(name).map(UInt64.init)
+    }
+}

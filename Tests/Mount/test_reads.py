@@ -1,0 +1,202 @@
+"""issue 6: the read engine through a real mount: what is read equals what is served, under
+faults and with parallel readers; tail and random reads download little; the block cache serves a
+second read without a download call."""
+import hashlib
+import json
+import os
+import random
+import stat
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Distinct content everywhere, so a misplaced range cannot match."""
+    root = tmp_path_factory.mktemp("reads")
+    rng = random.Random(6)
+    sizes = {"a.bin": 24 * MiB + 123, "b.bin": 17 * MiB, "c.bin": 9 * MiB + 1, "d.bin": 33 * MiB,
+             "small.bin": 4097, "one.bin": 1, "empty.bin": 0}
+    for name, size in sizes.items():
+        with open(root / name, "wb") as f:
+            written = 0
+            while written < size:
+                chunk = min(MiB, size - written)
+                f.write(rng.randbytes(chunk))
+                written += chunk
+    with open(root / "big.bin", "wb") as f:
+        block = rng.randbytes(MiB)
+        for i in range(96):
+            f.write(i.to_bytes(8, "little") + block[8:])
+    return root
+
+
+@pytest.fixture(scope="module")
+def reads_emulator(files):
+    emulator = Emulator(files)
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture
+def mount(reads_emulator, tmp_path):
+    """Mounts of the files above; all unmounted at the end of the test."""
+    mounts = []
+
+    def make(*args):
+        m = Mount(reads_emulator, tmp_path / f"mnt{len(mounts)}", *args)
+        mounts.append(m)
+        return m.mountpoint
+
+    yield make
+    for m in mounts:
+        m.unmount()
+
+
+def stats(emulator):
+    with urllib.request.urlopen(emulator.url + "/__stats", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def reset_stats(emulator):
+    request = urllib.request.Request(emulator.url + "/__stats/reset", data=b"", method="POST")
+    urllib.request.urlopen(request, timeout=10).read()
+
+
+def sha256(path, chunk=MiB):
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            data = f.read(chunk)
+            if not data:
+                return digest.hexdigest()
+            digest.update(data)
+
+
+def names(root):
+    return sorted(p.name for p in Path(root).iterdir() if p.is_file())
+
+
+def test_everything_read_has_the_served_checksum(files, reads_emulator, mount):
+    mnt = mount()
+    for name in names(files):
+        for chunk in (MiB, 128 << 10, 4096 + 17):
+            assert sha256(mnt / name, chunk) == sha256(files / name), f"{name} read in {chunk}-byte reads"
+            # Read again with a fresh page cache, so the second pass goes through the engine too.
+            subprocess.run(["sh", "-c", f"echo 1 > /proc/sys/vm/drop_caches"], check=False, capture_output=True)
+
+
+def test_four_parallel_readers_get_their_own_bytes(files, reads_emulator, mount):
+    mnt = mount("--readahead-memory", "32")
+    wanted = ["a.bin", "b.bin", "d.bin", "big.bin"]
+    results = {}
+
+    def read(name):
+        results[name] = sha256(mnt / name)
+
+    threads = [threading.Thread(target=read, args=(name,)) for name in wanted]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert results == {name: sha256(files / name) for name in wanted}
+
+
+def test_random_offsets_and_forward_seeks_read_the_served_bytes(files, reads_emulator, mount):
+    mnt = mount()
+    rng = random.Random(7)
+    local = (files / "big.bin").read_bytes()
+    fd = os.open(mnt / "big.bin", os.O_RDONLY)
+    try:
+        offset = 0
+        for _ in range(200):
+            if rng.random() < 0.5:
+                offset = rng.randrange(len(local))
+            else:
+                offset = min(len(local) - 1, offset + rng.randrange(256 << 10))   # a small forward seek
+            size = rng.choice([1, 4096, 65536, MiB])
+            assert os.pread(fd, size, offset) == local[offset:offset + size]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("knobs", [["--truncate-rate", "0.05"], ["--fail-rate", "0.05"],
+                                   ["--truncate-rate", "0.05", "--fail-rate", "0.05"]])
+def test_cut_and_failed_downloads_still_read_correctly(files, tmp_path, knobs):
+    emulator = Emulator(files, *knobs, "--seed", "3")
+    m = None
+    try:
+        m = Mount(emulator, tmp_path / "mnt")
+        for name in ["a.bin", "d.bin", "big.bin", "small.bin"]:
+            assert sha256(m.mountpoint / name) == sha256(files / name), f"{name} with {knobs}"
+    finally:
+        if m:
+            m.unmount()
+        emulator.stop()
+
+
+def test_a_tail_read_downloads_at_most_4_mib(files, reads_emulator, mount):
+    mnt = mount()
+    reset_stats(reads_emulator)
+    out = subprocess.run(["tail", "-c", "1M", str(mnt / "big.bin")], capture_output=True, check=True).stdout
+    assert out == (files / "big.bin").read_bytes()[-MiB:]
+    downloaded = stats(reads_emulator)["download_bytes"]
+    assert downloaded <= 4 * MiB, f"tail -c 1M downloaded {downloaded} bytes"
+
+
+def test_random_4k_reads_download_at_most_4_times_what_they_read(files, reads_emulator, mount):
+    mnt = mount()
+    size = (files / "big.bin").stat().st_size
+    rng = random.Random(8)
+    fd = os.open(mnt / "big.bin", os.O_RDONLY)
+    reset_stats(reads_emulator)
+    returned = 0
+    try:
+        for _ in range(150):
+            returned += len(os.pread(fd, 4096, rng.randrange(size // 4096) * 4096))
+    finally:
+        os.close(fd)
+    downloaded = stats(reads_emulator)["download_bytes"]
+    assert downloaded <= 4 * returned, f"{downloaded} bytes downloaded for {returned} read"
+
+
+def test_the_block_cache_serves_a_second_read_without_downloading(files, reads_emulator, tmp_path):
+    cache = tmp_path / "blocks"
+    first = Mount(reads_emulator, tmp_path / "m1", "--block-cache-dir", str(cache), "--block-cache-size", "256")
+    try:
+        assert sha256(first.mountpoint / "a.bin") == sha256(files / "a.bin")
+    finally:
+        first.unmount()
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    blocks = list(cache.iterdir())
+    assert len(blocks) == 25, "24 MiB + 123 bytes is 25 blocks"
+    assert all(stat.S_IMODE(b.stat().st_mode) == 0o600 for b in blocks)
+
+    # A remount, with the -o spellings, over the same directory.
+    second = Mount(reads_emulator, tmp_path / "m2", "-o", f"block_cache_dir={cache},block_cache_size=256")
+    try:
+        reset_stats(reads_emulator)
+        assert sha256(second.mountpoint / "a.bin") == sha256(files / "a.bin")
+        assert stats(reads_emulator)["requests"].get("files/download", 0) == 0
+    finally:
+        second.unmount()
+
+
+@pytest.mark.parametrize("args", [["--readahead-memory=-1"], ["-o", "readahead_memory=lots"],
+                                  ["--block-cache-dir", ""], ["-o", "block_cache_size=-5"]])
+def test_bad_read_options_fail_with_usage_errors(reads_emulator, tmp_path, args):
+    (tmp_path / "mnt").mkdir()
+    env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=reads_emulator.url,
+               DBX_CONTENT_URL=reads_emulator.url, DBX_NOTIFY_URL=reads_emulator.url)
+    result = subprocess.run([str(DBX_MOUNT), "-f", *args, str(tmp_path / "mnt")], env=env,
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 64, result.stderr
+    assert "readahead" in result.stderr or "block" in result.stderr, result.stderr
