@@ -565,6 +565,35 @@ def _fio(ctx, path, block):
             "check": job["io_bytes"] > 0}
 
 
+def remote_reference(ctx, block_size, seconds):
+    """The best one-at-a-time remote reader: random Range requests of block_size over one
+    keep-alive connection to the same emulator, for the same time as fio. Informational."""
+    import http.client
+    from urllib.parse import urlsplit
+    relative = ctx.layout["large"][0]
+    size = ctx.size(relative)
+    url = urlsplit(ctx.emulator.url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Dropbox-API-Arg": json.dumps({"path": "/" + relative})}
+    rng = random.Random(7)
+    blocks = size // block_size
+    done = 0
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < seconds:
+            offset = rng.randrange(blocks) * block_size
+            connection.request("POST", "/2/files/download", headers=dict(headers, Range=f"bytes={offset}-{offset + block_size - 1}"))
+            response = connection.getresponse()
+            if len(response.read()) != block_size:
+                raise BenchError("remote reference: short range read")
+            done += 1
+    finally:
+        connection.close()
+    elapsed = time.monotonic() - start
+    return {"iops": done / elapsed, "mb_per_s": done * block_size / elapsed / 1e6,
+            "what": f"one keep-alive HTTP client doing the same random {block_size // 1024} KiB Range reads one at a time"}
+
+
 def w_fio(block):
     return lambda ctx, base: _fio(ctx, base / ctx.layout["large"][0], block)
 
@@ -588,9 +617,9 @@ WORKLOADS = [
      "what": "open + first 4 KiB read of the huge file", "baseline_what": "curl time_starttransfer for its first 4 KiB"},
     {"name": "tail-1m", "kind": READ, "metric": "time", "run": w_tail, "baseline": b_tail,
      "what": "tail -c 1M of the huge file", "baseline_what": "curl of the same last 1 MiB (Range)"},
-    {"name": "fio-rand-4k", "kind": READ, "metric": "iops", "run": w_fio("4k"), "baseline": "local",
+    {"name": "fio-rand-4k", "kind": READ, "metric": "iops", "run": w_fio("4k"), "baseline": "local", "block": 4096,
      "what": "fio randread 4 KiB, time-bounded, on one large file", "baseline_what": "the same fio on the local file"},
-    {"name": "fio-rand-128k", "kind": READ, "metric": "iops", "run": w_fio("128k"), "baseline": "local",
+    {"name": "fio-rand-128k", "kind": READ, "metric": "iops", "run": w_fio("128k"), "baseline": "local", "block": 131072,
      "what": "fio randread 128 KiB, time-bounded, on one large file", "baseline_what": "the same fio on the local file"},
 ]
 WORKLOAD_NAMES = [w["name"] for w in WORKLOADS]
@@ -716,6 +745,8 @@ class Runner:
             "cold": summarize(cold, metric),
             "warm": summarize(warm, metric),
         }
+        if "block" in workload:
+            result["remote_reference"] = remote_reference(self.ctx, workload["block"], self.args.fio_runtime)
         result["cold"]["ratio"] = ratio(result["cold"], result["baseline"], metric)
         result["warm"]["ratio"] = ratio(result["warm"], result["baseline"], metric)
         if not correct:
@@ -812,7 +843,7 @@ def fmt_ratio(r):
 
 
 def fmt_calls(summary):
-    calls = summary.get("api_calls") or {}
+    calls = {route: n for route, n in (summary.get("api_calls") or {}).items() if n}
     if not calls:
         return "0"
     total = summary.get("api_calls_total", 0)
@@ -860,6 +891,10 @@ def results_markdown(results):
     for w in results["workloads"]:
         if "error" not in w:
             lines.append(f"- `{w['name']}` ({w['latency_ms']} ms latency): {w['what']}; baseline: {w['baseline_what']}.")
+            if w.get("remote_reference"):
+                ref = w["remote_reference"]
+                lines.append(f"  For scale, not the baseline: {ref['what']} reach {ref['iops']:,.0f} IOPS "
+                             f"({ref['mb_per_s']:.1f} MB/s) over the same emulator.")
     return "\n".join(lines) + "\n"
 
 
@@ -874,7 +909,7 @@ def ratios_svg(results):
             r = w[run].get("ratio")
             if r and r > 0:
                 bars.append((f"{w['name']} ({run})", run, r))
-    left, label_w, right_pad, top, row, bar_h = 20, 190, 90, 74, 26, 16
+    left, label_w, right_pad, top, row, bar_h = 20, 190, 90, 92, 26, 16
     plot_w = 560
     width = left + label_w + plot_w + right_pad
     height = top + row * max(len(bars), 1) + 60
@@ -890,14 +925,16 @@ def ratios_svg(results):
     m = results["machine"]
     c = results["config"]
     title = "dbx-mount ÷ baseline, time ratio (log scale; 1.0 = as fast as the baseline, lower is better)"
-    subtitle = (f"{m.get('cpu_model', '')}, {m.get('cpus')} CPUs, Linux {m.get('kernel')} · {results['date']} · "
-                f"latency {c['metadata_latency_ms']} ms metadata / {c['read_latency_ms']} ms reads"
-                f"{' · quick' if c['quick'] else ''}")
+    subtitle = f"{m.get('cpu_model', '')}, {m.get('cpus')} CPUs, Linux {m.get('kernel')} · {results['date']}"
+    subtitle2 = (f"emulator latency {c['metadata_latency_ms']} ms (metadata) / {c['read_latency_ms']} ms (reads)"
+                 f" · median of {c['repeats']} · dbx-mount {results.get('git_commit') or '?'}"
+                 f"{' · --quick' if c['quick'] else ''}")
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{left}" y="22" font-size="14" font-weight="bold">{escape(title)}</text>',
-           f'<text x="{left}" y="42" fill="#555">{escape(subtitle)}</text>']
+           f'<text x="{left}" y="42" fill="#555">{escape(subtitle)}</text>',
+           f'<text x="{left}" y="58" fill="#555">{escape(subtitle2)}</text>']
     axis_y = top + row * len(bars) + 6
     for e in range(lo_exp, hi_exp + 1):
         for mult in (1, 2, 5):
@@ -1024,6 +1061,7 @@ def main(argv=None):
             },
             "workloads": [],
         }
+        results["config"]["emulator_knobs"] = emulator._call("GET", "/__admin/knobs")
         runner = Runner(args, bins, root, spec, emulator, workdir, logdir)
         failed = []
         for workload in selected:
