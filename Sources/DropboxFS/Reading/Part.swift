@@ -18,26 +18,31 @@ final class Part: @unchecked Sendable {
     enum Wait { case ready, cancelled }
 
     let range: Range<UInt64>
+    let length: Int
+    /// At least `length` bytes: a budgeted part's buffer is a recycled size class.
     private let storage: UnsafeMutableRawBufferPointer
-    /// Whose memory this is: given back when the buffer is freed (nil for unbudgeted one-off reads).
+    /// Whose memory this is: given back when the part goes (nil for unbudgeted one-off reads).
     private let budget: ReadBudget?
     private let condition = NSCondition()
     private var filled = 0
     private var status = Status.queued
     private var served = 0
 
+    /// A part of the budget: the caller has reserved `ReadBudget.bufferSize(for:)` of its length.
     init(range: Range<UInt64>, budget: ReadBudget?) {
         self.range = range
         self.budget = budget
-        storage = .allocate(byteCount: Int(range.upperBound - range.lowerBound), alignment: 4096)
+        length = Int(range.upperBound - range.lowerBound)
+        if let budget {
+            storage = budget.takeBuffer(ReadBudget.bufferSize(for: length))
+        } else {
+            storage = .allocate(byteCount: max(length, 1), alignment: 4096)
+        }
     }
 
     deinit {
-        storage.deallocate()
-        budget?.release(UInt64(storage.count))
+        if let budget { budget.returnBuffer(storage) } else { storage.deallocate() }
     }
-
-    var length: Int { storage.count }
 
     var filledCount: Int { condition.withLock { filled } }
 
@@ -64,7 +69,7 @@ final class Part: @unchecked Sendable {
     /// The fetcher's next bytes. Returns false when the part was cancelled (stop downloading).
     func append(_ chunk: UnsafeRawBufferPointer) -> Bool {
         let start = condition.withLock { status == .running ? filled : -1 }
-        guard start >= 0, chunk.count <= storage.count - start else { return false }
+        guard start >= 0, chunk.count <= length - start else { return false }
         if let base = chunk.baseAddress, chunk.count > 0 {
             storage.baseAddress!.advanced(by: start).copyMemory(from: base, byteCount: chunk.count)
         }
@@ -110,13 +115,13 @@ final class Part: @unchecked Sendable {
         UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(storage)[offsets])
     }
 
-    var isFullyServed: Bool { condition.withLock { served >= storage.count } }
+    var isFullyServed: Bool { condition.withLock { served >= length } }
 
     /// Counts bytes handed to readers; true once every byte has been (the stream may drop the part).
     func markServed(_ count: Int) -> Bool {
         condition.withLock {
             served += count
-            return served >= storage.count
+            return served >= length
         }
     }
 }

@@ -240,18 +240,19 @@ final class ReadEngine: Sendable {
         let limit = min(options.maxWindow, max(options.initialWindow, budget.share))
         s.window = min(s.window, limit)
         var plan = Plan()
-        var held = s.parts.reduce(UInt64(0)) { $0 + UInt64($1.length) }
+        var held = s.parts.reduce(UInt64(0)) { $0 + UInt64(ReadBudget.bufferSize(for: $1.length)) }
         var next = s.parts.last?.range.upperBound ?? offset
         let target = min(file.size, end + s.window)
         while next < target {
             let size = min(s.nextPartSize, limit, file.size - next)
             let neededNow = next < end
-            if !neededNow && held + size > limit { break }
-            guard budget.reserve(size) else { break }
+            let cost = UInt64(ReadBudget.bufferSize(for: Int(size)))
+            if !neededNow && held + cost > limit { break }
+            guard budget.reserve(UInt64(ReadBudget.bufferSize(for: Int(size)))) else { break }
             let part = Part(range: next..<(next + size), budget: budget)
             s.parts.append(part)
             plan.scheduled.append((part, neededNow))
-            held += size
+            held += cost
             next += size
             s.nextPartSize = min(s.nextPartSize * 2, options.maxPartSize)
         }

@@ -5,6 +5,12 @@
 // windows shrink instead of the process growing (mountpoint-s3 bounds memory per handle, rclone
 // per open file; neither bounds the sum).
 
+//
+// Buffers are recycled. A fresh multi-MiB buffer costs a page fault and a zeroed page per 4 KiB on
+// first touch, which at a GB/s is a large share of the CPU; so a freed part buffer is parked here
+// and handed to the next part of its size class. Parked buffers count against the same capacity
+// (reserved + parked never exceeds it), so recycling never lets the process grow past the budget.
+
 import Synchronization
 
 public final class ReadBudget: Sendable {
@@ -15,22 +21,71 @@ public final class ReadBudget: Sendable {
         var reserved: UInt64 = 0
         var peak: UInt64 = 0
         var streams = 0
+        /// Free buffers by size, kept for reuse.
+        var parked: [Int: [RawBuffer]] = [:]
+        var parkedBytes: UInt64 = 0
     }
 
     public init(capacity: UInt64) { self.capacity = capacity }
 
-    /// Takes `bytes` if they fit under the capacity.
+    /// Buffers at least this large are recycled; smaller ones are plain allocations.
+    static let recycledSize = 512 << 10
+
+    /// The size class a part of `length` bytes uses: the next power of two (recycled), or exactly
+    /// `length` when small.
+    static func bufferSize(for length: Int) -> Int {
+        guard length >= recycledSize else { return max(length, 1) }
+        var size = recycledSize
+        while size < length { size <<= 1 }
+        return size
+    }
+
+    /// Takes `bytes` if they fit under the capacity, freeing parked buffers to make room.
     func reserve(_ bytes: UInt64) -> Bool {
-        state.withLock { counts in
+        var freed: [RawBuffer] = []
+        let ok = state.withLock { counts -> Bool in
             guard counts.reserved + bytes <= capacity else { return false }
             counts.reserved += bytes
             counts.peak = max(counts.peak, counts.reserved)
+            while counts.reserved + counts.parkedBytes > capacity, let size = counts.parked.keys.max() {
+                let buffer = counts.parked[size]!.removeLast()
+                if counts.parked[size]!.isEmpty { counts.parked[size] = nil }
+                counts.parkedBytes -= UInt64(size)
+                freed.append(buffer)
+            }
             return true
         }
+        for buffer in freed { buffer.pointer.deallocate() }   // outside the lock
+        return ok
     }
 
     func release(_ bytes: UInt64) {
         state.withLock { $0.reserved -= min($0.reserved, bytes) }
+    }
+
+    /// A buffer of exactly `size` bytes (a size class), recycled if one is parked.
+    func takeBuffer(_ size: Int) -> UnsafeMutableRawBufferPointer {
+        let parked = state.withLock { counts -> RawBuffer? in
+            guard let buffer = counts.parked[size]?.popLast() else { return nil }
+            if counts.parked[size]!.isEmpty { counts.parked[size] = nil }
+            counts.parkedBytes -= UInt64(size)
+            return buffer
+        }
+        return parked?.pointer ?? .allocate(byteCount: size, alignment: 4096)
+    }
+
+    /// Gives back a part's buffer and its reservation together: parked for reuse if it fits under
+    /// the capacity, else freed.
+    func returnBuffer(_ buffer: UnsafeMutableRawBufferPointer) {
+        let size = buffer.count
+        let keep = state.withLock { counts -> Bool in
+            counts.reserved -= min(counts.reserved, UInt64(size))
+            guard size >= Self.recycledSize, counts.reserved + counts.parkedBytes + UInt64(size) <= capacity else { return false }
+            counts.parked[size, default: []].append(RawBuffer(pointer: buffer))
+            counts.parkedBytes += UInt64(size)
+            return true
+        }
+        if !keep { buffer.deallocate() }
     }
 
     /// How much read-ahead one stream may hold now.
@@ -45,4 +100,10 @@ public final class ReadBudget: Sendable {
     public var usage: (reserved: UInt64, peak: UInt64, streams: Int) {
         state.withLock { ($0.reserved, $0.peak, $0.streams) }
     }
+}
+
+/// A parked buffer. `@unchecked Sendable`: a parked buffer belongs to nobody until `takeBuffer`
+/// hands it to exactly one part; it is only moved in and out under the budget's lock.
+struct RawBuffer: @unchecked Sendable {
+    let pointer: UnsafeMutableRawBufferPointer
 }
