@@ -217,7 +217,7 @@ public final class CurlTransport: HTTPTransport {
 
     private static let emptyBody: [UInt8] = [0]
     /// curl's receive buffer for streamed bodies, per transfer in flight.
-    static let streamBufferSize = 256 << 10
+    static let streamBufferSize = 512 << 10
 
     private static func milliseconds(_ seconds: Double) -> Int {
         guard seconds.isFinite, seconds > 0 else { return 1 }

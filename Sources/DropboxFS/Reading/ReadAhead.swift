@@ -89,6 +89,8 @@ struct StreamState {
     var nextPartSize: UInt64 = 0
     var lastReadEnd: UInt64?
     var furthest: UInt64 = 0
+    /// Reads in a row that fell outside the stream.
+    var misses = 0
     /// Counted among the budget's streams (while it holds parts).
     var counted = false
     var closed = false
@@ -101,9 +103,12 @@ final class ReadEngine: Sendable {
     let workers: ReadWorkers
     let cache: BlockCache?
     let logger: Logger
-    /// How far behind a stream a late read may land and still leave the stream alone: the kernel
-    /// sends a sequential reader's reads from several threads, not always in order.
-    static let straggle: UInt64 = 4 << 20
+    /// How far behind a stream a late read may land and still leave the stream alone, and how far
+    /// past it a read may land and still extend it (a small forward seek; mountpoint-s3 waits
+    /// 16 MiB too). The kernel sends one sequential reader's reads from several threads, up to its
+    /// own read-ahead (`read_ahead_kb`) apart and not in order; a tighter bound would take those
+    /// for seeks and restart the stream, downloading the same bytes again.
+    static let straggle: UInt64 = 16 << 20
     /// Reads are fetched in whole pages.
     static let page: UInt64 = 4096
 
@@ -204,7 +209,7 @@ final class ReadEngine: Sendable {
         guard !s.closed else { return Plan() }
         var inStream = false
         if let start = s.parts.first?.range.lowerBound, let scheduledEnd = s.parts.last?.range.upperBound {
-            let gap = max(s.window, options.initialWindow)
+            let gap = max(s.window, Self.straggle)
             if offset >= start && offset <= scheduledEnd + gap {
                 inStream = true
             } else if offset < start && offset + Self.straggle >= start {
@@ -213,14 +218,19 @@ final class ReadEngine: Sendable {
         }
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
         if !inStream {
-            if !s.parts.isEmpty {
-                logger.debug("read outside the stream; dropping it", metadata: [
-                    "offset": "\(offset)", "stream": "\(s.parts.first!.range.lowerBound)-\(s.parts.last!.range.upperBound)",
-                    "last": "\(s.lastReadEnd ?? 0)"])
+            s.lastReadEnd = end
+            if !follows {
+                // Fetched alone. One such read may be the kernel's read-ahead overtaking ours (it
+                // sends reads from several threads); a second in a row means the reader left.
+                s.misses += 1
+                if s.misses >= 2, !s.parts.isEmpty {
+                    logger.debug("reads left the stream; dropping it", metadata: [
+                        "offset": "\(offset)", "stream": "\(s.parts.first!.range.lowerBound)-\(s.parts.last!.range.upperBound)"])
+                    drop(&s)
+                }
+                return Plan()
             }
             drop(&s)
-            s.lastReadEnd = end
-            guard follows else { return Plan() }   // random: fetched alone
             s.window = options.initialWindow
             s.nextPartSize = min(options.initialWindow, options.maxPartSize)
             s.furthest = end
@@ -228,6 +238,7 @@ final class ReadEngine: Sendable {
             s.window = min(s.window * 2, options.maxWindow)
             s.furthest = end
         }
+        s.misses = 0
         s.lastReadEnd = max(s.lastReadEnd ?? 0, end)
 
         // Parts wholly behind the reader (skipped by a forward seek) go once stragglers are unlikely.
