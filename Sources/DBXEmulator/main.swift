@@ -30,6 +30,7 @@ struct DBXEmulatorCommand: ParsableCommand {
     @Option(name: .customLong("truncate-rate"), help: "Fraction (0-1) of download bodies cut short.") var truncateRate: Double = 0
     @Option(help: "Seed for the failure and truncation dice.") var seed: UInt64 = 1
     @Option(name: .customLong("rate-limit"), help: "API requests per second before 429 with Retry-After.") var rateLimit: Int?
+    @Flag(name: .customLong("lazy-hashes"), help: "Hash files when first listed, not before listening (faster start, slow first listing).") var lazyHashes = false
     @Option(name: .customLong("page-size"), help: "Maximum entries per list_folder page (a request's limit is honoured up to it; 500 without one).") var pageSize: Int = 2000
     @Option(name: .customLong("refresh-token"), help: "Refresh token accepted by /oauth2/token (needs --app-key).") var refreshToken: String?
     @Option(name: .customLong("app-key"), help: "client_id that goes with --refresh-token.") var appKey: String?
@@ -70,6 +71,7 @@ struct DBXEmulatorCommand: ParsableCommand {
         c.seed = seed
         c.requestsPerSecond = rateLimit
         c.pageSizeCap = pageSize
+        c.lazyContentHashes = lazyHashes
         c.refreshToken = refreshToken
         c.appKey = appKey
         c.accessTokenLifetime = .seconds(tokenLifetime)

@@ -29,6 +29,9 @@ public struct EmulatorConfiguration: Sendable {
     /// Maximum entries per list_folder page. Dropbox honours `limit` up to 2000, so that is the
     /// default; a test lowers it to exercise paging.
     public var pageSizeCap: Int = 2000
+    /// Hash files when first listed instead of at startup (startup is then instant, but the first
+    /// listing of a large tree is slow).
+    public var lazyContentHashes: Bool = false
     /// Entries per page when the request gives no `limit` (Dropbox leaves it unspecified).
     public static let defaultPageSize = 500
     /// A refresh token accepted by /oauth2/token together with `appKey` as client_id.

@@ -45,6 +45,7 @@ public final class DropboxEmulatorServer: Sendable {
             }
         }
         let index = try FileIndex(rootPath: configuration.root)
+        if !configuration.lazyContentHashes { index.precomputeHashes() }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: max(2, min(System.coreCount, 8)))
         let pool = NIOThreadPool(numberOfThreads: max(8, System.coreCount * 2))
         pool.start()
