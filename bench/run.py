@@ -302,7 +302,8 @@ class Emulator:
         if bandwidth:
             argv += ["--bandwidth", str(bandwidth)]
         self.log_path = logdir / "emulator.log"
-        self.log_file = open(self.log_path, "wb")
+        self.log_file = open(self.log_path, "ab")
+        start_offset = self.log_path.stat().st_size
         self.process = subprocess.Popen(argv, stdout=self.log_file, stderr=self.log_file)
         _children.append(self.process)
         deadline = time.monotonic() + 120      # it indexes the served tree before it listens
@@ -313,14 +314,22 @@ class Emulator:
                 text = self.log_path.read_text(errors="replace").strip().splitlines()
                 raise BenchError(f"dbx-emulator did not start: {text[-1] if text else 'no output'} (see {self.log_path})")
             time.sleep(0.02)
-            line = next((l for l in self.log_path.read_text(errors="replace").splitlines() if "listening on " in l), "")
+            text = self.log_path.read_bytes()[start_offset:].decode(errors="replace")
+            line = next((l for l in text.splitlines() if "listening on " in l), "")
         self.url = line.split("listening on ", 1)[1].strip()
         self.latency_ms = latency_ms
 
+    def alive(self):
+        return self.process.poll() is None
+
     def _call(self, method, path, body=None):
         request = urllib.request.Request(self.url + path, data=body, method=method)
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read() or b"null")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"null")
+        except OSError as error:
+            state = "running" if self.alive() else f"exited with status {self.process.returncode}"
+            raise BenchError(f"cannot reach dbx-emulator at {self.url}{path} ({state}): {error}")
 
     def stats(self):
         return self._call("GET", "/__stats")
@@ -1093,16 +1102,26 @@ def main(argv=None):
         runner = Runner(args, bins, root, spec, emulator, workdir, logdir)
         failed = []
         for workload in selected:
+            if not runner.emulator.alive():
+                log(f"dbx-emulator exited with status {runner.emulator.process.returncode}; starting a new one")
+                results.setdefault("emulator_restarts", []).append(
+                    {"before": workload["name"], "exit_status": runner.emulator.process.returncode})
+                runner.emulator.stop()
+                runner.emulator = runner.ctx.emulator = Emulator(bins / "dbx-emulator", root, args.metadata_latency_ms,
+                                                                 args.bandwidth, logdir)
+                runner.emulator.warm_up(root, fixture_layout(spec))
             log(f"{workload['name']}: {workload['what']} (latency {runner.latency_for(workload['kind'])} ms)")
             try:
                 results["workloads"].append(runner.run_workload(workload))
             except BenchError as error:
+                if not runner.emulator.alive():
+                    error = BenchError(f"{error} [dbx-emulator exited with status {runner.emulator.process.returncode} during this workload]")
                 log(f"  {workload['name']} failed: {error}")
                 failed.append(workload["name"])
                 results["workloads"].append({"name": workload["name"], "kind": workload["kind"],
                                              "metric": workload["metric"], "error": str(error)})
             write_outputs(args.out, results)     # partial results survive a later failure
-        emulator.stop()
+        runner.emulator.stop()
         results["elapsed_s"] = round(time.monotonic() - started, 1)
         write_outputs(args.out, results)
         sys.stdout.write(results_markdown(results))
