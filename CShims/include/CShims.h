@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
+#include <malloc.h>   // mallopt: a fixed mmap threshold for read-ahead buffers (FUSESession)
 
 #pragma clang assume_nonnull begin
 

@@ -15,6 +15,11 @@ public final class FUSESession {
     /// Creates the session and mounts it at `mountpoint`. `mountOptions` are the `-o` options
     /// libfuse understands (already checked by the caller); `debug` makes libfuse trace every request.
     public init(context: MountContext, mountpoint: String, mountOptions: [String], debug: Bool) throws(MountError) {
+        // Read-ahead buffers are several MiB. glibc's dynamic mmap threshold, raised by the first
+        // such free, would serve later ones from per-thread arenas that keep freed memory; a fixed
+        // threshold keeps every large buffer its own mapping, returned when freed, so the process
+        // stays within the read budget.
+        _ = mallopt(M_MMAP_THRESHOLD, 256 << 10)
         var arguments = ["dbx-mount", "-o", mountOptions.joined(separator: ",")]
         if debug { arguments.append("-d") }
         var args = fuse_args()
