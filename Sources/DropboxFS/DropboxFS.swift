@@ -249,6 +249,16 @@ public final class DropboxFS: Sendable {
         }
     }
 
+    /// One extended attribute's value. Only the `user.` namespace exists here; asking for another
+    /// (`system.posix_acl_access`, `security.selinux`, ...) fails at once, without touching the tree.
+    public func extendedAttribute(_ name: String, of inode: InodeNumber) throws(FSError) -> String {
+        guard name.hasPrefix("user.") else { throw .attributeNamespaceUnsupported }
+        guard let value = try extendedAttributes(of: inode).first(where: { $0.name == name })?.value else {
+            throw .noAttribute
+        }
+        return value
+    }
+
     /// Extended attributes shown on files: Dropbox's id, rev and content hash.
     public func extendedAttributes(of inode: InodeNumber) throws(FSError) -> [(name: String, value: String)] {
         let slot = try revalidate(inode)

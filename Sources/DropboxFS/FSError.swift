@@ -14,6 +14,9 @@ public enum FSError: Error, Sendable, Equatable {
     case badHandle
     /// The extended attribute does not exist on this node.
     case noAttribute
+    /// The extended attribute's namespace (ACLs, security labels, ...) is not supported here.
+    /// Tools such as `ls -l` stop asking a filesystem that says so, which saves two round trips per file.
+    case attributeNamespaceUnsupported
     /// The file changed in Dropbox after this handle was opened: its bytes can no longer be served
     /// without mixing versions in the kernel's page cache, which all handles of an inode share.
     case changedSinceOpen

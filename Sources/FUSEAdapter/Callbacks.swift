@@ -219,14 +219,11 @@ enum Callbacks {
     private static func getxattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ size: Int) {
         let reply = Reply(req!)
         let wanted = String(cString: name!)
-        switch Result(catching: { () throws(FSError) in try context(req!).filesystem.extendedAttributes(of: InodeNumber(inode)) }) {
-        case .success(let attributes):
-            guard let value = attributes.first(where: { $0.name == wanted })?.value else {
-                return reply.failure(.noAttribute)
-            }
-            answerAttributeRequest(reply, bytes: Array(value.utf8), size: size)
-        case .failure(let error):
-            reply.failure(error)
+        switch Result(catching: { () throws(FSError) in
+            try context(req!).filesystem.extendedAttribute(wanted, of: InodeNumber(inode))
+        }) {
+        case .success(let value): answerAttributeRequest(reply, bytes: Array(value.utf8), size: size)
+        case .failure(let error): reply.failure(error)
         }
     }
 

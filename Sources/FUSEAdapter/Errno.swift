@@ -12,6 +12,7 @@ extension FSError {
         case .accessDenied: EACCES
         case .badHandle: EBADF
         case .noAttribute: ENODATA
+        case .attributeNamespaceUnsupported: EOPNOTSUPP
         case .changedSinceOpen: EIO
         case .upstream: EIO
         }

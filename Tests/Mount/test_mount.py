@@ -257,3 +257,18 @@ def test_a_killed_mount_is_cleared_by_fusermount(emulator, tmp_path):
         assert not is_mounted(m.mountpoint)
     finally:
         m.unmount()
+
+
+def test_only_the_user_xattr_namespace_exists(shared_mount):
+    path = shared_mount / "old.txt"
+    assert os.getxattr(path, "user.dropbox.rev")
+    with pytest.raises(OSError) as absent:
+        os.getxattr(path, "user.nothing.here")
+    assert absent.value.errno == errno.ENODATA
+    # ACLs and security labels are not supported: saying so (EOPNOTSUPP, not ENODATA) lets
+    # `ls -l` stop asking for every file, which would cost two round trips each.
+    for name in ["system.posix_acl_access", "security.selinux", "trusted.x"]:
+        with pytest.raises(OSError) as unsupported:
+            os.getxattr(path, name)
+        assert unsupported.value.errno == errno.EOPNOTSUPP, name
+    assert sorted(os.listxattr(path)) == ["user.dropbox.content_hash", "user.dropbox.id", "user.dropbox.rev"]
