@@ -16,7 +16,7 @@ struct MountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. fstab words (defaults, noauto, nofail, _netdev, user, x-systemd.*) are ignored.
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -108,12 +108,18 @@ struct MountCommand: ParsableCommand {
             throw UsageError("'\(url)' is not an http:// or https:// URL")
         }
 
+        let debug = self.debug || options.settings["debug"] != nil
+        let foreground = self.foreground || options.settings["foreground"] != nil || debug
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = debug ? .debug : .warning
             return handler
         }
         let logger = Logger(label: "dbx-mount")
+        if !options.ignored.isEmpty {
+            logger.debug("ignoring mount options that concern mount(8), not dbx-mount",
+                         metadata: ["options": "\(options.ignored.joined(separator: ","))"])
+        }
         let transport = CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"])
         let credentials = try self.credentials(options: options, environment: environment, endpoints: endpoints,
                                                transport: transport, logger: logger)
@@ -177,20 +183,22 @@ struct MountCommand: ParsableCommand {
         }
         fuseOptions += options.fuseOptions.filter { !$0.hasPrefix("subtype=") }
 
-        let exitCode = serve(context: context, mountpoint: mountpoint, fuseOptions: fuseOptions)
+        let exitCode = serve(context: context, mountpoint: mountpoint, fuseOptions: fuseOptions, foreground: foreground,
+                             debug: debug)
         Foundation.exit(exitCode)
     }
 
     /// Mounts, daemonizes unless asked not to, and serves until unmounted. The session (and with it
     /// the mount) is torn down before this returns.
-    private func serve(context: MountContext, mountpoint: String, fuseOptions: [String]) -> Int32 {
+    private func serve(context: MountContext, mountpoint: String, fuseOptions: [String], foreground: Bool,
+                       debug: Bool) -> Int32 {
         let session: FUSESession
         do {
             session = try FUSESession(context: context, mountpoint: mountpoint, mountOptions: fuseOptions, debug: debug)
         } catch {
             fail(error.description, code: 1)
         }
-        session.daemonize(foreground: foreground || debug)
+        session.daemonize(foreground: foreground)
         return session.run(maxThreads: 16) ? 0 : 1
     }
 

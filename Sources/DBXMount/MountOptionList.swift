@@ -7,11 +7,13 @@ struct MountOptionList {
     var settings: [String: String] = [:]
     /// Options handed to libfuse unchanged (`allow_other`, `nosuid`, ...).
     var fuseOptions: [String] = []
+    /// Accepted but meaningless here (`rw`, `_netdev`, `x-systemd.automount`, ...), for one debug line.
+    var ignored: [String] = []
 
     static let settingNames: Set<String> = [
         "uid", "gid", "umask", "ttl", "case_insensitive", "token_file", "api_url", "content_url",
         "notify_url", "ca_bundle", "cache_dir", "no_cache", "account", "config", "team_space",
-        "readahead_memory", "block_cache_dir", "block_cache_size",
+        "readahead_memory", "block_cache_dir", "block_cache_size", "foreground", "debug",
     ]
     /// Mount options libfuse or the kernel understand and that make sense on a read-only mount.
     static let fuseOptionNames: Set<String> = [
@@ -21,7 +23,8 @@ struct MountOptionList {
     ]
     /// Words fstab and mount(8) pass along that concern the mount helper, not the filesystem.
     static let helperOptionNames: Set<String> = [
-        "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "_netdev", "nofail", "ro", "comment",
+        "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev", "nofail", "ro", "rw",
+        "comment", "loud", "silent",
     ]
 
     /// Parses every `-o` argument. Throws a one-line reason for the first option it cannot accept.
@@ -35,9 +38,9 @@ struct MountOptionList {
                 } else if Self.fuseOptionNames.contains(name) {
                     fuseOptions.append(option)
                 } else if Self.helperOptionNames.contains(name) || name.hasPrefix("x-") {
-                    continue
-                } else if name == "rw" {
-                    throw UsageError("dbx-mount is read-only: option 'rw' cannot be honoured")
+                    // mount(8) adds `rw` to every mount unless told `ro`, so refusing it would
+                    // break plain fstab lines; the mount is read-only whatever it says.
+                    ignored.append(option)
                 } else {
                     throw UsageError("unknown mount option '\(name)' (see dbx-mount --help)")
                 }
