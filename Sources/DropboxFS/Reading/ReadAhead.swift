@@ -253,7 +253,9 @@ final class ReadEngine: Sendable {
         var plan = Plan()
         var held = s.parts.reduce(UInt64(0)) { $0 + UInt64(ReadBudget.bufferSize(for: $1.length)) }
         var next = s.parts.last?.range.upperBound ?? offset
-        let target = min(file.size, end + s.window)
+        // The window counts from the read's start: a first small read (a TTFB probe, `file`,
+        // a thumbnailer) costs one 1 MiB request, not two.
+        let target = min(file.size, max(end, offset + s.window))
         while next < target {
             let size = min(s.nextPartSize, limit, file.size - next)
             let neededNow = next < end
