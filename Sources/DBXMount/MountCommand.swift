@@ -112,7 +112,7 @@ struct MountCommand: ParsableCommand {
         let foreground = self.foreground || options.settings["foreground"] != nil || debug
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = debug ? .debug : .warning
+            handler.logLevel = debug ? .debug : .notice
             return handler
         }
         let logger = Logger(label: "dbx-mount")
@@ -173,9 +173,10 @@ struct MountCommand: ParsableCommand {
             directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,
             key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
                 + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
-        let filesystem = DropboxFS(api: client, options: filesystemOptions, folderModified: Int64(time(nil)),
-                                   logger: logger, store: store)
-        let context = MountContext(filesystem: filesystem, logger: logger)
+        let meter = APIMeter()
+        let filesystem = DropboxFS(api: MeteredDropboxAPI(client, meter: meter), options: filesystemOptions,
+                                   folderModified: Int64(time(nil)), logger: logger, store: store)
+        let context = MountContext(filesystem: filesystem, logger: logger, meter: meter)
 
         var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]
         if !options.fuseOptions.contains(where: { $0.hasPrefix("fsname=") }) {

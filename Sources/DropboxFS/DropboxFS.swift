@@ -288,7 +288,7 @@ public final class DropboxFS: Sendable {
         let tree = state.tree
         guard tree.isAlive(folder) else { throw .notFound }
         guard tree.isDirectory(folder) else { throw .notADirectory }
-        if tree.isComplete(folder) {
+        if tree.isComplete(folder), tree.listedAt(folder) >= state.cachesDroppedAt {
             if state.feed.live { return .fresh }
             if now() - max(tree.listedAt(folder), state.feed.lastContact) < ttlSeconds { return .fresh }
             if state.feed.catchingUp { return .waitForCatchUp }

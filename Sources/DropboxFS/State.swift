@@ -37,6 +37,9 @@ struct State {
     var lastOpenedRev: [Slot: String] = [:]
     var statistics: (FilesystemStatistics, Double)?
     var feed = FeedStatus()
+    /// When caches were last dropped (SIGHUP): a folder listed before then is listed again, even
+    /// while the feed is live.
+    var cachesDroppedAt = -Double.infinity
 
     mutating func addFileHandle(_ file: OpenFile) -> FileHandleID {
         let handle = FileHandleID(nextHandle)

@@ -38,6 +38,8 @@ public final class FUSESession {
         guard fuse_set_signal_handlers(session) == 0 else {
             throw MountError(description: "cannot install signal handlers")
         }
+        // After libfuse's: its SIGHUP handler would end the session; here SIGHUP drops caches.
+        SignalPipe.install()
         guard fuse_session_mount(session, mountpoint) == 0 else {
             throw MountError(description: "cannot mount at \(mountpoint) (is /dev/fuse available, and fusermount3 installed?)")
         }
@@ -49,13 +51,17 @@ public final class FUSESession {
     /// the child is ready, so no thread may have been started before this call.
     public func daemonize(foreground: Bool) {
         _ = fuse_daemonize(foreground ? 1 : 0)
+        // systemd learns the mount is in place (and, if we forked, which process serves it). The
+        // kernel holds requests until the loop reads them, so readiness need not wait for it.
+        SystemdNotify.send(foreground ? "READY=1" : "READY=1\nMAINPID=\(getpid())")
     }
 
     /// Serves requests on up to `maxThreads` worker threads until unmounted or signalled
-    /// (SIGINT, SIGTERM, SIGHUP). Returns true for a clean exit, which includes one by signal:
+    /// (SIGINT, SIGTERM). Returns true for a clean exit, which includes one by signal:
     /// libfuse then reports the signal's number, and the unmount that follows is orderly.
     public func run(maxThreads: UInt32) -> Bool {
         let result = dbx_fuse_session_loop_mt(session, 0, maxThreads)
+        SystemdNotify.send("STOPPING=1")
         return result == 0 || [SIGINT, SIGTERM, SIGHUP].contains(result)
     }
 
@@ -65,6 +71,7 @@ public final class FUSESession {
         mount.filesystem.stopReading()
         mount.filesystem.persist()   // the next mount starts from this tree and catches up
         mount.invalidator.withLock { $0 }?.stop()
+        SignalPipe.uninstall()
         fuse_remove_signal_handlers(session)
         if mounted { fuse_session_unmount(session) }
         fuse_session_destroy(session)

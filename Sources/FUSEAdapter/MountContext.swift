@@ -1,4 +1,6 @@
+import DropboxClient
 import DropboxFS
+import Foundation
 import Logging
 import Synchronization
 
@@ -14,11 +16,14 @@ public final class MountContext: Sendable {
     /// Where the session mounted; set by FUSESession.
     let mountpoint = Mutex<String?>(nil)
     private let readaheadRaised = Atomic<Bool>(false)
+    /// Counts the filesystem's Dropbox calls, for the stats line (nil: not counted).
+    let meter: APIMeter?
 
-    public init(filesystem: DropboxFS, logger: Logger, followChanges: Bool = true) {
+    public init(filesystem: DropboxFS, logger: Logger, followChanges: Bool = true, meter: APIMeter? = nil) {
         self.filesystem = filesystem
         self.logger = logger
         self.followChanges = followChanges
+        self.meter = meter
     }
 
     /// How long the kernel may trust entries and attributes it is given now.
@@ -41,5 +46,31 @@ public final class MountContext: Sendable {
             filesystem.onInvalidation { invalidator.enqueue($0) }
         }
         if followChanges { filesystem.startChangeFeed() }
+        SignalWatcher(context: self).start()
+    }
+
+    /// One line saying what the mount holds and has done (SIGUSR1). Logged at notice, so it shows
+    /// at the default level.
+    func logStats() {
+        let usage = filesystem.usage
+        var metadata: Logger.Metadata = [
+            "entries": "\(usage.entries)", "tree_bytes": "\(usage.treeBytes)",
+            "rss_bytes": "\(Self.residentBytes())", "readahead_bytes": "\(usage.readAheadBytes)",
+            "open_files": "\(usage.openFiles)", "open_dirs": "\(usage.openDirectories)",
+        ]
+        if let meter {
+            metadata["api_calls"] = "\(meter.calls)"
+            metadata["api_failures"] = "\(meter.failures)"
+            metadata["bytes_downloaded"] = "\(meter.bytesDownloaded)"
+        }
+        logger.notice("stats", metadata: metadata)
+    }
+
+    /// Resident memory, from /proc/self/statm (its second field, in pages).
+    static func residentBytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        let fields = text.split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
     }
 }

@@ -3,14 +3,17 @@
 Every mount made here is unmounted, and only processes these tests started are signalled.
 """
 import os
+import select
 import shutil
+import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, DBX_MOUNT, TOKEN, REPO, is_mounted, mount_entry
+from conftest import BUILD, DBX_MOUNT, REPO, TOKEN, Emulator, Mount, is_mounted, mount_entry
 
 
 def emulator_options(emulator, tmp_path: Path) -> str:
@@ -104,3 +107,145 @@ def test_every_long_option_has_an_o_form():
     missing = [f for f in flags if f'"{f.replace("-", "_")}"' not in source]
     missing += [s for s, o in singles.items() if f'"{o}"' not in source]
     assert not missing, missing
+
+
+# --- systemd -----------------------------------------------------------------------------------
+
+def mount_env(emulator, tmp_path: Path, **extra) -> dict:
+    return dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url, DBX_CONTENT_URL=emulator.url,
+                DBX_NOTIFY_URL=emulator.url, XDG_CACHE_HOME=str(tmp_path / "cache"), **extra)
+
+
+def notify_socket(tmp_path: Path, abstract: bool = False):
+    """A socket like systemd's: datagrams on a unix socket named by NOTIFY_SOCKET."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    if abstract:
+        name = f"dbx-mount-test-{os.getpid()}-{time.monotonic_ns()}"
+        sock.bind("\0" + name)
+        address = "@" + name
+    else:
+        address = str(tmp_path / "notify.sock")
+        sock.bind(address)
+    sock.settimeout(30)
+    return sock, address
+
+
+def messages(datagram: bytes) -> dict:
+    return dict(line.split("=", 1) for line in datagram.decode().splitlines())
+
+
+@pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
+def test_type_notify_readiness_and_stopping(emulator, tmp_path, abstract):
+    sock, address = notify_socket(tmp_path, abstract)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    process = subprocess.Popen([str(DBX_MOUNT), "-f", str(mnt)], env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = messages(sock.recv(4096))
+        assert ready == {"READY": "1"}
+        assert is_mounted(mnt)          # readiness means the mount is in place
+        assert "old.txt" in os.listdir(mnt)
+        process.send_signal(signal.SIGTERM)
+        assert messages(sock.recv(4096)) == {"STOPPING": "1"}
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+        sock.close()
+    assert not is_mounted(mnt)
+
+
+def test_daemonized_readiness_names_the_serving_process(emulator, tmp_path):
+    sock, address = notify_socket(tmp_path)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        result = subprocess.run([str(DBX_MOUNT), str(mnt)], env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address),
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        ready = messages(sock.recv(4096))
+        assert ready["READY"] == "1"
+        pid = int(ready["MAINPID"])
+        assert Path(f"/proc/{pid}/exe").resolve() == DBX_MOUNT.resolve()
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        sock.close()
+    wait_unmounted(mnt)
+    assert not is_mounted(mnt)
+
+
+def read_log_until(process, needle: str, timeout: float = 10) -> str:
+    """Lines of the mount's stderr up to the first holding `needle`."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stderr], [], [], 0.2)
+        if ready:
+            line = process.stderr.readline()
+            seen.append(line)
+            if needle in line:
+                return line
+    raise AssertionError(f"no log line with {needle!r}: {''.join(seen)[-2000:]}")
+
+
+def test_sigusr1_logs_one_stats_line(emulator, served, tmp_path):
+    m = Mount(emulator, tmp_path / "mnt")
+    try:
+        with open(m.mountpoint / "sizes" / "file-1000.bin", "rb") as held:
+            assert held.read() == (served / "sizes" / "file-1000.bin").read_bytes()
+            m.process.send_signal(signal.SIGUSR1)
+            line = read_log_until(m.process, " stats")
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        assert int(fields["entries"]) >= 3                 # at least what was looked up
+        assert int(fields["rss_bytes"]) > 0
+        assert int(fields["api_calls"]) >= 2               # the listing and the download at least
+        assert int(fields["bytes_downloaded"]) >= 1000
+        assert fields["open_files"] == "1"
+        assert m.process.poll() is None and is_mounted(m.mountpoint)
+    finally:
+        m.unmount()
+
+
+def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_path):
+    served = tmp_path / "served"
+    (served / "docs").mkdir(parents=True)
+    (served / "docs" / "a.txt").write_bytes(b"a\n")
+    emulator = Emulator(served)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    # No change feed (nothing listens on the notify URL) and a long TTL: what was listed is trusted
+    # for an hour, so a change on Dropbox is not seen until SIGHUP.
+    env = dict(mount_env(emulator, tmp_path), DBX_NOTIFY_URL="http://127.0.0.1:9")
+    process = subprocess.Popen([str(DBX_MOUNT), "-f", "--ttl", "3600", "--no-cache", str(mnt)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert os.listdir(mnt / "docs") == ["a.txt"]
+        (served / "docs" / "b.txt").write_bytes(b"b\n")
+        (served / "docs" / "a.txt").write_bytes(b"changed\n")
+        time.sleep(2)                                     # past the kernel's one-second cache
+        assert os.listdir(mnt / "docs") == ["a.txt"]
+        assert os.stat(mnt / "docs" / "a.txt").st_size == 2
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while sorted(os.listdir(mnt / "docs")) != ["a.txt", "b.txt"]:
+            assert time.monotonic() < deadline, os.listdir(mnt / "docs")
+            time.sleep(0.1)
+        assert (mnt / "docs" / "a.txt").read_bytes() == b"changed\n"
+        assert (mnt / "docs" / "b.txt").read_bytes() == b"b\n"
+        assert process.poll() is None and is_mounted(mnt)   # SIGHUP no longer ends the session
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        emulator.stop()

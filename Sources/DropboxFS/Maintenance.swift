@@ -1,0 +1,44 @@
+// What an administrator can ask of a running mount through signals (the FUSE adapter turns
+// SIGHUP and SIGUSR1 into these calls): drop what is cached, and report what the mount holds.
+
+import Foundation
+
+/// A snapshot of what one mount holds, for the stats line.
+public struct FilesystemUsage: Sendable {
+    /// Entries in the tree, and roughly the bytes they take.
+    public var entries: Int
+    public var treeBytes: Int
+    /// File and folder handles the kernel holds open.
+    public var openFiles: Int
+    public var openDirectories: Int
+    /// Read-ahead memory reserved now.
+    public var readAheadBytes: UInt64
+}
+
+extension DropboxFS {
+    /// Forgets every listing, so each folder is listed again when next used (with the kernel told
+    /// of whatever changed), and tells the kernel to forget what it caches of every node. Nodes
+    /// and their numbers stay: the kernel may hold them. For a tree Dropbox changed in a way the
+    /// feed did not report, or that went stale while the feed was down.
+    public func dropCaches() {
+        let inodes = state.withLock { state -> [KernelInvalidation] in
+            state.cachesDroppedAt = now()
+            state.statistics = nil
+            var inodes: [KernelInvalidation] = [.inode(Slot.root.inode)]
+            inodes.reserveCapacity(state.tree.liveCount)
+            state.tree.walk { inodes.append(.inode($0.inode)) }
+            return inodes
+        }
+        invalidate(inodes)
+        logger.notice("dropped cached listings; folders are listed again when next used",
+                      metadata: ["entries": "\(inodes.count)"])
+    }
+
+    public var usage: FilesystemUsage {
+        let (entries, bytes, files, folders) = state.withLock {
+            ($0.tree.liveCount, $0.tree.approximateBytes, $0.fileHandles.count, $0.directoryHandles.count)
+        }
+        return FilesystemUsage(entries: entries, treeBytes: bytes, openFiles: files, openDirectories: folders,
+                               readAheadBytes: reader.budget.usage.reserved)
+    }
+}
