@@ -669,6 +669,7 @@ def summarize(samples, metric):
         out["api_calls"] = {r: median([s.get("api_calls", {}).get(r, 0) for s in samples]) for r in routes}
         out["api_calls_total"] = median([sum(s.get("api_calls", {}).values()) for s in samples])
         out["bytes_downloaded"] = median([s.get("bytes_downloaded") for s in samples])
+        out["connections"] = median([s.get("connections") for s in samples])
         if metric in ("throughput", "iops") or any("bytes" in s for s in samples):
             amps = [s["bytes_downloaded"] / s["bytes"] for s in samples if s.get("bytes")]
             out["read_amplification"] = median(amps)

@@ -9,4 +9,4 @@ swift build --build-tests
 # Swift layers: core against a fake, client against the emulator, emulator routes and knobs.
 swift test --skip-build
 # Real mounts and the Python SDK interop test drive the built binaries.
-python3 -m pytest -q Tests/Mount Tests/Interop
+python3 -m pytest -q Tests/Mount Tests/Interop Tests/Bench
