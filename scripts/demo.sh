@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds dbx-mount, and mounts a Dropbox at ./demo/mnt.
-# With no account configured (no DBX_ACCESS_TOKEN), it starts the bundled Dropbox emulator serving a
-# sample tree and mounts that. `bash scripts/demo.sh stop` unmounts and stops the emulator.
+# With no account configured (no DBX_ACCESS_TOKEN, and no account signed in with `dbx-mount auth`),
+# it starts the bundled Dropbox emulator serving a sample tree and mounts that.
+# `bash scripts/demo.sh stop` unmounts and stops the emulator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 demo="$PWD/demo"
@@ -22,7 +23,8 @@ bin="$(swift build --show-bin-path)"
 mkdir -p "$mnt"
 mountpoint -q "$mnt" && fusermount3 -u "$mnt"
 
-if [ -z "${DBX_ACCESS_TOKEN:-}" ]; then
+config="${XDG_CONFIG_HOME:-$HOME/.config}/dbx-mount/config.json"
+if [ -z "${DBX_ACCESS_TOKEN:-}" ] && [ ! -f "$config" ]; then
   [ -f "$demo/emulator.pid" ] && kill "$(cat "$demo/emulator.pid")" 2>/dev/null || true
   if [ ! -d "$demo/sample" ]; then
     bash scripts/make-sample-tree.sh "$demo/sample"
