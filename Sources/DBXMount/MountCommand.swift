@@ -75,6 +75,8 @@ struct MountCommand: ParsableCommand {
 
     @OptionGroup(title: "Reading") var readOptions: ReadOptions
 
+    @OptionGroup(title: "Logging") var logOptions: LogOptions
+
     mutating func run() throws {
         do throws(UsageError) {
             try mount()
@@ -110,11 +112,7 @@ struct MountCommand: ParsableCommand {
 
         let debug = self.debug || options.settings["debug"] != nil
         let foreground = self.foreground || options.settings["foreground"] != nil || debug
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = debug ? .debug : .notice
-            return handler
-        }
+        try logOptions.bootstrap(options, foreground: foreground, debug: debug)
         let logger = Logger(label: "dbx-mount")
         if !options.ignored.isEmpty {
             logger.debug("ignoring mount options that concern mount(8), not dbx-mount",
@@ -123,7 +121,7 @@ struct MountCommand: ParsableCommand {
         let transport = CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"])
         let credentials = try self.credentials(options: options, environment: environment, endpoints: endpoints,
                                                transport: transport, logger: logger)
-        var client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
+        let client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
 
         // Check the token and the folder before mounting, so a bad one fails here, loudly.
         let account: Account
@@ -141,12 +139,17 @@ struct MountCommand: ParsableCommand {
                 fail("\(account.email) has no team space (its root is its home folder); mount without --team-space", code: 1)
             }
             namespace = account.rootNamespaceID
-            let pathRoot = #"{".tag":"root","root":"\#(namespace)"}"#
-            client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport, pathRoot: pathRoot)
         }
+        // Once mounted, each failed call logs one line (with Dropbox's request id); before, the
+        // command's own one-line message says it.
+        let pathRoot = namespace.isEmpty ? nil : #"{".tag":"root","root":"\#(namespace)"}"#
+        let mountedClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
+                                              pathRoot: pathRoot, failureLogLevel: .warning)
         if !source.isEmpty {
+            let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
+                                                   pathRoot: pathRoot)
             do {
-                guard case .folder = try client.metadata(path: source) else {
+                guard case .folder = try checkingClient.metadata(path: source) else {
                     fail("\(source) is not a folder in Dropbox", code: 1)
                 }
             } catch {
@@ -174,7 +177,7 @@ struct MountCommand: ParsableCommand {
             key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
                 + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
         let meter = APIMeter()
-        let filesystem = DropboxFS(api: MeteredDropboxAPI(client, meter: meter), options: filesystemOptions,
+        let filesystem = DropboxFS(api: MeteredDropboxAPI(mountedClient, meter: meter), options: filesystemOptions,
                                    folderModified: Int64(time(nil)), logger: logger, store: store)
         let context = MountContext(filesystem: filesystem, logger: logger, meter: meter)
 

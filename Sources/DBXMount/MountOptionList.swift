@@ -13,7 +13,7 @@ struct MountOptionList {
     static let settingNames: Set<String> = [
         "uid", "gid", "umask", "ttl", "case_insensitive", "token_file", "api_url", "content_url",
         "notify_url", "ca_bundle", "cache_dir", "no_cache", "account", "config", "team_space",
-        "readahead_memory", "block_cache_dir", "block_cache_size", "foreground", "debug",
+        "readahead_memory", "block_cache_dir", "block_cache_size", "foreground", "debug", "log_level", "log_file",
     ]
     /// Mount options libfuse or the kernel understand and that make sense on a read-only mount.
     static let fuseOptionNames: Set<String> = [

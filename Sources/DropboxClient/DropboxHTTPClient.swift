@@ -17,6 +17,8 @@ public final class DropboxHTTPClient: DropboxAPI {
     /// The `Dropbox-API-Path-Root` header value, re-encoded header-safe; or why it cannot be sent.
     private let pathRootHeader: Result<String, DropboxError>?
     private let logger: Logger
+    /// Level of the one line logged per failed call (route, error summary, request id).
+    private let failureLogLevel: Logger.Level
 
     /// Largest RPC answer accepted: a 2000-entry list_folder page is about 1 MB.
     public static let maxRPCResponseBytes = 16 << 20
@@ -31,13 +33,14 @@ public final class DropboxHTTPClient: DropboxAPI {
     ///     (DROPBOX_API.md §6); nil sends none. Invalid JSON makes every call fail with `.badInput`.
     public init(endpoints: DropboxEndpoints, tokens: any AccessTokenProvider, transport: any HTTPTransport,
                 pathRoot: String? = nil, retryPolicy: RetryPolicy = .standard, requestTimeout: Double = 60,
-                logger: Logger = Logger(label: "dbx-mount.dropbox")) {
+                logger: Logger = Logger(label: "dbx-mount.dropbox"), failureLogLevel: Logger.Level = .debug) {
         self.endpoints = endpoints
         self.tokens = tokens
         self.transport = transport
         self.retryPolicy = retryPolicy
         self.requestTimeout = requestTimeout
         self.logger = logger
+        self.failureLogLevel = failureLogLevel
         self.pathRootHeader = pathRoot.map { raw in
             do {
                 return .success(JSONWriter.encode(try JSONReader.parse(raw), headerSafe: true))
@@ -214,6 +217,17 @@ public final class DropboxHTTPClient: DropboxAPI {
 
     // MARK: - Plumbing
 
+    /// One line per call that failed for good. Answers the caller handles as a normal outcome
+    /// (a past-the-end range, a feed `reset`) are not failures. The line carries no token:
+    /// `DropboxError`'s description never holds one.
+    private func logFailure(route: String, error: DropboxError, requestID: String?, attempts: Int) {
+        if error.isRoute("range", "not_satisfiable") || error.isRoute("reset") { return }
+        var metadata: Logger.Metadata = ["route": "\(route)", "error": "\(error)"]
+        if let requestID { metadata["request_id"] = "\(requestID)" }
+        if attempts > 1 { metadata["attempts"] = "\(attempts)" }
+        logger.log(level: failureLogLevel, "Dropbox call failed", metadata: metadata)
+    }
+
     private func listFolderArg(path: String, recursive: Bool) -> [String: JSONValue] {
         // Every flag explicit, as py sends them; `include_deleted` false still reports deletions
         // on `continue` (chg).
@@ -255,6 +269,8 @@ public final class DropboxHTTPClient: DropboxAPI {
         }
         var attempt = 0
         var refreshed = false
+        // The id Dropbox gave the last answer, so a failure can be traced on Dropbox's side.
+        var requestID: String?
         while true {
             attempt += 1
             let token = auth ? try tokens.accessToken() : nil
@@ -265,8 +281,10 @@ public final class DropboxHTTPClient: DropboxAPI {
                 let response: HTTPResponse
                 if let send { response = try send(request) } else { response = try transport.send(request) }
                 if accept.contains(response.status) { return response }
+                requestID = response.headers["x-dropbox-request-id"]
                 error = ErrorDecoding.error(for: response)
             } catch let transportError {
+                requestID = nil
                 error = transportError
             }
             if case .auth(tag: "expired_access_token", _) = error, let token, !refreshed {
@@ -280,6 +298,7 @@ public final class DropboxHTTPClient: DropboxAPI {
                 }
             }
             guard let wait = retryPolicy.delay(after: error, attempt: attempt, remaining: remaining()) else {
+                logFailure(route: route, error: error, requestID: requestID, attempts: attempt)
                 throw error
             }
             logger.debug("retrying Dropbox call", metadata: [

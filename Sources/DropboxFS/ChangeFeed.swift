@@ -75,7 +75,9 @@ extension DropboxFS {
                     continue
                 }
                 failures += 1
-                logger.warning("change feed failed", metadata: ["error": "\(error)", "failures": "\(failures)"])
+                // The Dropbox client has logged the failed call; that the feed is down is news once.
+                logger.log(level: failures == 1 ? .notice : .debug, "change feed is down; retrying with backoff",
+                           metadata: ["error": "\(error)", "failures": "\(failures)"])
                 setFeed(live: false)
                 state.withLock { $0.feed.catchingUp = false }
                 signalFeedChanged()

@@ -335,7 +335,8 @@ public final class DropboxFS: Sendable {
             }
             return entries
         } catch {
-            logger.warning("listing failed", metadata: ["path": "\(path)", "error": "\(error)"])
+            // The Dropbox client has logged the failure (with its request id); this adds the path.
+            logger.debug("listing failed", metadata: ["path": "\(path)", "error": "\(error)"])
             throw FSError(error)
         }
     }
