@@ -249,3 +249,140 @@ def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_pa
             process.kill()
             process.wait()
         emulator.stop()
+
+
+# --- logging -----------------------------------------------------------------------------------
+
+SECRET = "secret-token-for-log-tests"
+
+
+def test_one_line_per_failed_operation_with_the_request_id_and_no_token(tmp_path):
+    served = tmp_path / "served"
+    (served / "docs").mkdir(parents=True)
+    (served / "docs" / "a.txt").write_bytes(b"a\n")
+    emulator = Emulator(served, "--token", SECRET)
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET)
+    log = tmp_path / "mount.log"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(os.environ, DBX_API_URL=emulator.url, DBX_CONTENT_URL=emulator.url,
+               DBX_NOTIFY_URL="http://127.0.0.1:9", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env.pop("DBX_ACCESS_TOKEN", None)
+    process = subprocess.Popen([str(DBX_MOUNT), "-f", "-vv", "--ttl", "3600", "--token-file", str(token_file),
+                                "-o", f"no_cache,log_file={log}", "/docs", str(mnt)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert os.listdir(mnt) == ["a.txt"]
+        shutil.rmtree(served / "docs")                    # the mounted folder, behind the mount's back (no feed)
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "dropped cached listings" not in log.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(OSError):                      # listed again: Dropbox says it is gone
+            os.listdir(mnt)
+        time.sleep(0.5)
+        lines = log.read_text().splitlines()
+        failed = [l for l in lines if "Dropbox call failed" in l and "route=files/list_folder " in l]
+        assert len(failed) == 1, "\n".join(lines[-30:])
+        assert "path/not_found" in failed[0] and "request_id=" in failed[0]
+        assert " debug " in "\n".join(lines)              # -vv reaches the file
+        assert SECRET not in log.read_text()
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        emulator.stop()
+    output = process.stdout.read() + process.stderr.read()
+    assert output == ""                                   # everything went to the log file
+    assert SECRET not in log.read_text()
+
+
+def test_daemonized_mount_logs_to_its_log_file(emulator, tmp_path):
+    sock, address = notify_socket(tmp_path)
+    log = tmp_path / "daemon.log"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        result = subprocess.run([str(DBX_MOUNT), "--log-level", "info", "--log-file", str(log), str(mnt)],
+                                env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address),
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        pid = int(messages(sock.recv(4096))["MAINPID"])
+        os.listdir(mnt)
+        os.kill(pid, signal.SIGUSR1)                      # the daemon this test started
+        deadline = time.monotonic() + 10
+        while " stats" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        text = log.read_text()
+        assert f"dbx-mount[{pid}]" in text and " notice " in text and TOKEN not in text
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        sock.close()
+    wait_unmounted(mnt)
+    assert not is_mounted(mnt)
+
+
+@pytest.mark.parametrize("args", [["--log-level", "loud"], ["-o", "log_level=chatty"],
+                                  ["--log-file", "/nonexistent/dir/x.log"]])
+def test_bad_log_options_fail_with_usage_errors(emulator, tmp_path, args):
+    result = subprocess.run([str(DBX_MOUNT), *args, str(tmp_path)], env=mount_env(emulator, tmp_path),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 64
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# --- content-hash ------------------------------------------------------------------------------
+
+def test_content_hash_agrees_with_getfattr_for_local_copies(served, shared_mount):
+    names = ["empty.txt", "old.txt", "sizes/file-1.bin", "sizes/file-4096.bin", "sizes/file-4194305.bin",
+             "sizes/file-10485760.bin", "names/ünïcödé 文件 ✓.txt"]
+    out = subprocess.run([str(DBX_MOUNT), "content-hash", *[str(served / n) for n in names]],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(out) == len(names)
+    for name, line in zip(names, out):
+        local_hash, local_path = line.split("  ", 1)
+        assert local_path == str(served / name)
+        mounted = subprocess.run(["getfattr", "-n", "user.dropbox.content_hash", "--only-values", "--absolute-names",
+                                  str(shared_mount / name)], capture_output=True, text=True, check=True).stdout
+        assert local_hash == mounted, name
+
+
+def test_content_hash_vectors(tmp_path):
+    """DROPBOX_API.md §4; the empty file hashes to SHA-256 of nothing."""
+    vectors = {
+        b"": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        b"a": "bf5d3affb73efd2ec6c36ad3112dd933efed63c4e1cbffcfa88e2759c144f2d8",
+        bytes(4 << 20): "c7e946d101855255d919ef0c70718633adf77d3dfb3adeeecf5d0cb4e951be58",
+        bytes((4 << 20) + 1): "14a4d47f23a30177885d9820122f17d2d3a55fe63f7f5c27b95f689e0b2accd6",
+    }
+    paths = []
+    for i, content in enumerate(vectors):
+        path = tmp_path / f"v{i}"
+        path.write_bytes(content)
+        paths.append(str(path))
+    out = subprocess.run([str(DBX_MOUNT), "content-hash", *paths], capture_output=True, text=True, check=True).stdout
+    assert out == "".join(f"{h}  {p}\n" for h, p in zip(vectors.values(), paths))
+    # Standard input, like sha256sum.
+    piped = subprocess.run([str(DBX_MOUNT), "content-hash", "-"], input=b"a", capture_output=True, check=True).stdout
+    assert piped == b"bf5d3affb73efd2ec6c36ad3112dd933efed63c4e1cbffcfa88e2759c144f2d8  -\n"
+
+
+def test_content_hash_reports_unreadable_files_and_goes_on(tmp_path):
+    (tmp_path / "ok").write_bytes(b"a")
+    result = subprocess.run([str(DBX_MOUNT), "content-hash", str(tmp_path / "missing"), str(tmp_path),
+                             str(tmp_path / "ok")], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stdout == f"bf5d3affb73efd2ec6c36ad3112dd933efed63c4e1cbffcfa88e2759c144f2d8  {tmp_path / 'ok'}\n"
+    errors = result.stderr.splitlines()
+    assert len(errors) == 2 and "No such file" in errors[0] and "Is a directory" in errors[1]
