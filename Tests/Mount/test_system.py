@@ -386,3 +386,31 @@ def test_content_hash_reports_unreadable_files_and_goes_on(tmp_path):
     assert result.stdout == f"bf5d3affb73efd2ec6c36ad3112dd933efed63c4e1cbffcfa88e2759c144f2d8  {tmp_path / 'ok'}\n"
     errors = result.stderr.splitlines()
     assert len(errors) == 2 and "No such file" in errors[0] and "Is a directory" in errors[1]
+
+
+# --- the manual ----------------------------------------------------------------------------------
+
+MAN = REPO / "man" / "dbx-mount.1"
+
+
+@pytest.mark.skipif(not shutil.which("man") and not os.environ.get("CI"), reason="man is not installed")
+def test_man_page_renders_without_warnings():
+    result = subprocess.run(["man", "--warnings", "-l", str(MAN)], capture_output=True, text=True,
+                            env=dict(os.environ, MANWIDTH="80", MANPAGER="cat", PAGER="cat"))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "content-hash" in result.stdout and "NOTIFY_SOCKET" in result.stdout
+
+
+def test_man_page_and_readme_cover_every_option_of_help():
+    man = MAN.read_text().replace("\\-", "-")
+    readme = (REPO / "README.md").read_text()
+    help_text = subprocess.run([str(DBX_MOUNT), "mount", "--help"], capture_output=True, text=True).stdout
+    flags = {word.strip(",") for word in help_text.split() if word.startswith("--")} - {"--help", "--version"}
+    assert flags and not [f for f in flags if f not in man or f not in readme]
+    source = (REPO / "Sources" / "DBXMount" / "MountOptionList.swift").read_text()
+    settings = source.split("settingNames: Set<String> = [", 1)[1].split("]", 1)[0]
+    names = [n.strip().strip('"') for n in settings.replace("\n", " ").split(",") if n.strip()]
+    assert names and not [n for n in names if n not in man or n not in readme]
+    top = subprocess.run([str(DBX_MOUNT), "--help"], capture_output=True, text=True).stdout
+    for subcommand in ["mount", "auth", "whoami", "logout", "content-hash"]:
+        assert subcommand in top and subcommand in man and subcommand in readme
