@@ -29,6 +29,9 @@ public protocol DropboxAPI: Sendable {
     /// the bytes already handed over are a correct prefix of `range`: a caller resumes from there.
     func download(path: String, range: Range<UInt64>,
                   into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64
+    /// `files/export` of a file Dropbox cannot download (`is_downloadable=false`); `format` nil
+    /// uses its `export_as`. The default (Export.swift) answers `non_exportable`.
+    func export(path: String, format: String?) throws(DropboxError) -> ExportedFile
 }
 
 extension DropboxAPI {

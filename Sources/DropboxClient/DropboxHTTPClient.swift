@@ -217,6 +217,19 @@ public final class DropboxHTTPClient: DropboxAPI {
 
     // MARK: - Plumbing
 
+    /// A content-host call with its argument in headers and the whole body buffered (export).
+    func send(route: String, host: String, maxResponseBytes: Int, headers extra: [(String, String)])
+        throws(DropboxError) -> HTTPResponse
+    {
+        let url = endpoints.url(host, route: route)
+        return try perform(route: route, auth: true, accept: [200]) { token throws(DropboxError) in
+            var headers = try commonHeaders(token: token)
+            headers.append(contentsOf: extra)
+            return HTTPRequest(method: .post, url: url, headers: headers, timeout: requestTimeout,
+                               maxResponseBytes: maxResponseBytes)
+        }
+    }
+
     /// One line per call that failed for good. Answers the caller handles as a normal outcome
     /// (a past-the-end range, a feed `reset`) are not failures. The line carries no token:
     /// `DropboxError`'s description never holds one.
