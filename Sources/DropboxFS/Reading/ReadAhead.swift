@@ -197,7 +197,9 @@ final class ReadEngine: Sendable {
             let part = Part(range: first..<last, budget: nil)
             _ = part.claim()
             fetch(part, of: stream)
-            _ = try part.wait(forPrefix: Int(end - first))
+            guard try part.wait(forPrefix: Int(end - first)) == .ready else {
+                throw .upstream(.malformedResponse("rev \(file.rev): bytes \(first)-\(end) did not arrive"))
+            }
             pieces.append((part, Int(cursor - first)..<Int(end - first)))
         }
         settle(stream, served: pieces)
