@@ -66,6 +66,9 @@ struct MountCommand: ParsableCommand {
     @Flag(help: "Match names case-insensitively, as Dropbox does (names still show as Dropbox has them).")
     var caseInsensitive = false
 
+    @Flag(help: "Leave out documents Dropbox cannot download (Paper and other cloud docs) instead of showing them as their exports.")
+    var hideExports = false
+
     @Option(help: ArgumentHelp("Where the persistent metadata cache lives (default: $XDG_CACHE_HOME/dbx-mount or ~/.cache/dbx-mount).",
                                valueName: "path"))
     var cacheDir: String?
@@ -171,6 +174,7 @@ struct MountCommand: ParsableCommand {
             umask: try options.number("umask", radix: 8),
             caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
         filesystemOptions.readAhead = try readOptions.readAhead(options)
+        filesystemOptions.showExports = !(hideExports || options.settings["hide_exports"] != nil)
         // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
         let store: DeferredStore? = noCache || options.settings["no_cache"] != nil ? nil : DeferredStore(
             directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,

@@ -33,7 +33,7 @@ extension DropboxFS {
     private func loadPersistedTree() {
         guard let saved = store?.load() else { return }
         state.withLock { state in
-            var update = TreeUpdate(rootPath: options.rootPath, logger: logger)
+            var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
             update.apply(saved.entries.map(metadata(for:)), to: &state.tree, notify: false)
             // Complete but stale: answers wait for the catch-up below rather than list again.
             state.tree.markAllFoldersComplete(at: -.infinity)
@@ -89,7 +89,7 @@ extension DropboxFS {
     /// One recursive listing of the mounted folder into the tree. With `replacing`, what it does not
     /// show any more is removed (after a `reset`).
     private func fill(replacing: Bool) throws(DropboxError) {
-        var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing)
+        var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing, showExports: options.showExports)
         var page = try api.listFolder(path: options.rootPath, recursive: true, limit: 2000)
         applyBatch(page.entries, update: &update, notify: replacing)
         while page.hasMore {
@@ -126,7 +126,7 @@ extension DropboxFS {
         var page: ListFolderPage
         repeat {
             page = try api.listFolderContinue(cursor: cursor)
-            var update = TreeUpdate(rootPath: options.rootPath, logger: logger)
+            var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
             applyBatch(page.entries, update: &update, notify: true, newFoldersListedAt: now())
             cursor = page.cursor
             state.withLock { $0.feed.cursor = cursor }
@@ -186,7 +186,8 @@ extension DropboxFS {
         tree.walk { slot in
             let path = tree.components(slot).map { "/" + $0 }.joined()
             let file = tree.details(slot).map {
-                PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash)
+                PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash,
+                              isExport: $0.isExport)
             }
             entries.append(PersistedEntry(path: path, file: file))
         }
@@ -199,8 +200,11 @@ extension DropboxFS {
         guard let file = entry.file else {
             return .folder(FolderMetadata(name: name, id: "", pathLower: display.lowercased(), pathDisplay: display))
         }
+        // An export was saved under its visible name, whose extension names its format.
+        let exportAs = file.isExport ? String(name.split(separator: ".").last ?? "html") : nil
         return .file(FileMetadata(name: name, id: file.id, pathLower: display.lowercased(), pathDisplay: display,
                                   clientModified: file.modified, serverModified: file.modified, rev: file.rev,
-                                  size: file.size, contentHash: file.contentHash))
+                                  size: file.size, isDownloadable: !file.isExport, contentHash: file.contentHash,
+                                  exportAs: exportAs))
     }
 }

@@ -14,9 +14,12 @@ public struct PersistedFile: Sendable, Equatable {
     public var id: String
     public var rev: String
     public var contentHash: String?
+    /// A document Dropbox cannot download, shown and read as its export (`files/export`).
+    public var isExport: Bool
 
-    public init(size: UInt64, modified: Int64, id: String, rev: String, contentHash: String?) {
+    public init(size: UInt64, modified: Int64, id: String, rev: String, contentHash: String?, isExport: Bool = false) {
         self.size = size; self.modified = modified; self.id = id; self.rev = rev; self.contentHash = contentHash
+        self.isExport = isExport
     }
 }
 

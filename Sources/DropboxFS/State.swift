@@ -7,6 +7,8 @@ struct OpenFile {
     var size: UInt64
     /// The handle's read-ahead (issue 6).
     var stream: ReadStream? = nil
+    /// For an export document: its exported bytes, which every read of the handle is served from.
+    var exported: [UInt8]? = nil
 }
 
 /// Where the change feed stands. While it is live, a complete folder is trusted without a TTL:
@@ -65,9 +67,13 @@ struct TreeUpdate {
     /// Slots written by the batch (a fill collects them to find what vanished).
     var touched: Set<Slot>?
 
-    init(rootPath: String, logger: Logger, collectTouched: Bool = false) {
+    /// Whether documents Dropbox cannot download appear as their exports.
+    let showExports: Bool
+
+    init(rootPath: String, logger: Logger, collectTouched: Bool = false, showExports: Bool = true) {
         self.rootPath = rootPath
         self.logger = logger
+        self.showExports = showExports
         touched = collectTouched ? [] : nil
     }
 
@@ -120,7 +126,15 @@ struct TreeUpdate {
             if parentMissing { continue }
             let leaf = components.last!
             if case .deleted = entry {
-                if let gone = tree.child(of: parent, folded: FoldedName(leaf)) {
+                // A deleted document was shown under its export name; deleted entries do not say
+                // which documents were exports, so try those names too.
+                let candidates = [leaf] + ExportName.formats.map { ExportName.visibleName(leaf, exportAs: $0) }
+                var found: Slot?
+                for name in candidates {
+                    guard let slot = tree.child(of: parent, folded: FoldedName(name)) else { continue }
+                    if name == leaf || tree.details(slot)?.isExport == true { found = slot; break }
+                }
+                if let gone = found {
                     if notify {
                         invalidations.append(.entry(parent: parent.inode, name: tree.name(gone)))
                         invalidations.append(.inode(parent.inode))
@@ -166,8 +180,15 @@ struct TreeUpdate {
         case .folder:
             return (name, nil)
         case .file(let f):
-            // Non-downloadable files (Paper and other cloud docs) cannot be read with files/download.
-            guard f.isDownloadable else { return nil }
+            guard f.isDownloadable else {
+                // Paper and other cloud docs cannot be read with files/download: they are shown as
+                // their export (`files/export`) under the export format's name, or left out.
+                guard showExports, let format = f.exportAs else { return nil }
+                let visible = ExportName.visibleName(name, exportAs: format)
+                guard EntryName.isValid(visible) else { return nil }
+                return (visible, FileDetails(size: f.size, modified: f.clientModified, id: f.id, rev: f.rev,
+                                             contentHash: nil, isExport: true))
+            }
             return (name, FileDetails(size: f.size, modified: f.clientModified, id: f.id, rev: f.rev,
                                       contentHash: f.contentHash))
         case .deleted:
@@ -200,5 +221,18 @@ enum EntryName {
     static func isValid(_ name: String) -> Bool {
         !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")
             && name.utf8.count <= 255
+    }
+}
+
+/// The name a document Dropbox cannot download is shown under: its own name with the extension
+/// replaced by the export format's ("Notes.paper" exported as html is "Notes.html").
+enum ExportName {
+    /// Formats whose names deletions are matched against (Dropbox's Paper exports).
+    static let formats = ["html", "markdown"]
+
+    static func visibleName(_ name: String, exportAs format: String) -> String {
+        let ext = format == "markdown" ? "md" : format
+        let stem = name.lastIndex(of: ".").map { name[..<$0] }.flatMap { $0.isEmpty ? nil : String($0) } ?? name
+        return stem + "." + ext
     }
 }

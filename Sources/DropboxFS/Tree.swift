@@ -31,6 +31,8 @@ struct FileDetails: Equatable {
     var id: String
     var rev: String
     var contentHash: String?
+    /// A document Dropbox cannot download: shown under its export name, read through `files/export`.
+    var isExport = false
 }
 
 struct Tree {
@@ -59,6 +61,8 @@ struct Tree {
         static let complete: UInt16 = 4
         /// A file whose current size has been given to the kernel since its content last changed.
         static let sizeReported: UInt16 = 8
+        /// A document read through `files/export` (FileDetails.isExport).
+        static let export: UInt16 = 16
     }
 
     private var records: [Record] = []
@@ -105,7 +109,8 @@ struct Tree {
         let id = readString(&offset)
         let rev = readString(&offset)
         let hash = readString(&offset)
-        return FileDetails(size: r.size, modified: r.modified, id: id, rev: rev, contentHash: hash.isEmpty ? nil : hash)
+        return FileDetails(size: r.size, modified: r.modified, id: id, rev: rev, contentHash: hash.isEmpty ? nil : hash,
+                           isExport: r.flags & Flag.export != 0)
     }
 
     /// The child of `parent` whose name folds to the same key as `name`.
@@ -229,6 +234,12 @@ struct Tree {
         compactArenaIfWasteful()
     }
 
+    /// Corrects a file's size (an export's length is known only once exported).
+    mutating func setSize(_ slot: Slot, _ size: UInt64) {
+        records[Int(slot.index)].size = size
+        records[Int(slot.index)].flags &= ~Flag.sizeReported
+    }
+
     func isSizeReported(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.sizeReported != 0 }
 
     mutating func markSizeReported(_ slot: Slot) {
@@ -303,6 +314,7 @@ struct Tree {
         records[Int(slot.index)].detailsOffset = append(bytes).offset
         records[Int(slot.index)].size = details.size
         records[Int(slot.index)].modified = details.modified
+        if details.isExport { records[Int(slot.index)].flags |= Flag.export } else { records[Int(slot.index)].flags &= ~Flag.export }
     }
 
     private func detailsLength(_ slot: Slot) -> Int {

@@ -77,6 +77,9 @@ public struct FilesystemOptions: Sendable {
     public var caseInsensitive: Bool
     /// How file contents are read ahead and cached (`Reading/`).
     public var readAhead = ReadAheadOptions()
+    /// Show documents Dropbox cannot download (Paper and other cloud docs) as their export, read
+    /// through `files/export`; when false they are left out.
+    public var showExports = true
 
     public init(rootPath: String = "", metadataTTL: Duration = .seconds(60), uid: UInt32 = 0,
                 gid: UInt32 = 0, umask: UInt32? = nil, caseInsensitive: Bool = false) {

@@ -28,7 +28,8 @@ import Synchronization
 /// A `MetadataStore` in an SQLite database file, one file per account and mounted folder.
 public final class SQLiteMetadataStore: MetadataStore {
     /// Bumped whenever the tables change; a file with another version is discarded.
-    static let schemaVersion: Int64 = 1
+    /// 2: `is_folder` became a kind (0 file, 1 folder, 2 exported document).
+    static let schemaVersion: Int64 = 2
 
     /// The database file.
     public let path: String
@@ -101,7 +102,7 @@ public final class SQLiteMetadataStore: MetadataStore {
                 for entry in tree.entries {
                     try insert.bind(1, entry.path)
                     if let file = entry.file {
-                        try insert.bind(2, 0 as Int64)
+                        try insert.bind(2, file.isExport ? 2 : 0 as Int64)
                         // A size is stored by its bit pattern: SQLite's integers are signed 64-bit.
                         try insert.bind(3, Int64(bitPattern: file.size))
                         try insert.bind(4, file.modified)
@@ -230,11 +231,12 @@ public final class SQLiteMetadataStore: MetadataStore {
     /// The entry in the current row of `rows`.
     private static func entry(_ rows: borrowing Statement) throws(SQLiteError) -> PersistedEntry {
         guard let path = rows.text(0), let isFolder = rows.int64(1) else { throw .foreign("an entry without path") }
-        if isFolder != 0 { return PersistedEntry(path: path, file: nil) }
+        if isFolder == 1 { return PersistedEntry(path: path, file: nil) }
         guard let size = rows.int64(2), let modified = rows.int64(3), let id = rows.text(4), let rev = rows.text(5)
         else { throw .foreign("a file entry without size, modified time, id or rev") }
         let file = PersistedFile(
-            size: UInt64(bitPattern: size), modified: modified, id: id, rev: rev, contentHash: rows.text(6))
+            size: UInt64(bitPattern: size), modified: modified, id: id, rev: rev, contentHash: rows.text(6),
+            isExport: isFolder == 2)
         return PersistedEntry(path: path, file: file)
     }
 

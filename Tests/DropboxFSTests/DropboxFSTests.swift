@@ -239,10 +239,24 @@ struct DropboxFSTests {
         #expect(Array(listed) == ["ok", String(repeating: "y", count: 255), "Dup"])
     }
 
-    @Test func nonDownloadableFilesAreHidden() throws {
-        dropbox.addFile("/notes.paper", [1], downloadable: false)
+    @Test func documentsDropboxCannotDownloadAppearAsTheirExports() throws {
+        dropbox.addFile("/Notes.paper", Array("<p>hi</p>".utf8), downloadable: false)
         dropbox.addFile("/real.txt", [1])
-        #expect(try names(makeFS(), .root).dropFirst(2) == ["real.txt"])
+        let fs = makeFS()
+        #expect(try names(fs, .root).dropFirst(2).sorted() == ["Notes.html", "real.txt"])
+        let notes = try path(fs, "Notes.html")
+        let opened = try fs.open(notes.inode)
+        #expect(opened.kernelSizeMayBeStale, "export handles bypass the page cache")
+        let exported = Array("exported:<p>hi</p>".utf8)
+        #expect(try fs.read(opened.handle, offset: 0, size: 100) == exported)
+        #expect(try fs.read(opened.handle, offset: 9, size: 2) == Array("<p".utf8))
+        #expect(try fs.attributes(of: notes.inode).size == UInt64(exported.count), "the size becomes the export's")
+        _ = try fs.open(notes.inode)
+        #expect(dropbox.counters.exports == 1, "a second open is served from the export cache")
+        #expect(dropbox.counters.download == 0)
+        var hidden = FilesystemOptions()
+        hidden.showExports = false
+        #expect(try names(makeFS(hidden), .root).dropFirst(2) == ["real.txt"])
     }
 
     @Test func aSubfolderMountShowsOnlyThatFolder() throws {

@@ -22,6 +22,7 @@ final class FakeDropbox: DropboxAPI {
         var metadata = 0
         var download = 0
         var spaceUsage = 0
+        var exports = 0
     }
 
     private struct Contents {
@@ -120,7 +121,8 @@ final class FakeDropbox: DropboxAPI {
         return .file(FileMetadata(name: name, id: "id:" + lower, pathLower: lower, pathDisplay: item.displayPath,
                                   clientModified: item.modified, serverModified: item.modified, rev: item.rev,
                                   size: UInt64(item.content.count), isDownloadable: item.downloadable,
-                                  contentHash: String(repeating: "a", count: 64)))
+                                  contentHash: String(repeating: "a", count: 64),
+                                  exportAs: item.downloadable ? nil : "html"))
     }
 
     private func checkFailure() throws(DropboxError) {
@@ -266,6 +268,19 @@ final class FakeDropbox: DropboxAPI {
         }
         if limit < bytes.count { throw .transport(code: 18, message: "cut short after \(limit) bytes") }
         return UInt64(sent)
+    }
+
+    /// A document's export is its content with an "exported:" prefix, so reads can tell them apart.
+    func export(path: String, format: String?) throws(DropboxError) -> ExportedFile {
+        try checkFailure()
+        return try contents.withLock { c throws(DropboxError) -> ExportedFile in
+            c.counters.exports += 1
+            guard let item = c.items.values.first(where: { "id:" + $0.displayPath.lowercased() == path }), !item.isFolder else {
+                throw .route(tags: ["path", "not_found"], summary: "path/not_found/")
+            }
+            guard !item.downloadable else { throw .route(tags: ["non_exportable"], summary: "non_exportable/") }
+            return ExportedFile(name: "export.html", bytes: Array("exported:".utf8) + item.content)
+        }
     }
 
     func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
