@@ -281,6 +281,7 @@ public final class DropboxHTTPClient: DropboxAPI {
             return deadline - (Double(elapsed.seconds) + Double(elapsed.attoseconds) * 1e-18)
         }
         var attempt = 0
+        var transportFailures = 0
         var refreshed = false
         // The id Dropbox gave the last answer, so a failure can be traced on Dropbox's side.
         var requestID: String?
@@ -310,7 +311,9 @@ public final class DropboxHTTPClient: DropboxAPI {
                     continue
                 }
             }
-            guard let wait = retryPolicy.delay(after: error, attempt: attempt, remaining: remaining()) else {
+            if case .transport = error { transportFailures += 1 }
+            guard let wait = retryPolicy.delay(after: error, attempt: attempt, transportFailures: transportFailures,
+                                               remaining: remaining()) else {
                 logFailure(route: route, error: error, requestID: requestID, attempts: attempt)
                 throw error
             }

@@ -64,7 +64,8 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
         self.refreshToken = refreshToken
         self.endpoint = endpoint
         // A refresh blocks the FUSE request that needs it: keep its retries short.
-        self.retryPolicy = RetryPolicy(maxAttempts: retryPolicy.maxAttempts, baseDelay: retryPolicy.baseDelay,
+        self.retryPolicy = RetryPolicy(maxAttempts: retryPolicy.maxAttempts,
+                                       maxTransportAttempts: retryPolicy.maxTransportAttempts, baseDelay: retryPolicy.baseDelay,
                                        maxDelay: retryPolicy.maxDelay, callDeadline: min(retryPolicy.callDeadline, 30),
                                        sleep: retryPolicy.sleep)
         self.logger = logger

@@ -22,6 +22,11 @@ import Darwin
 public struct RetryPolicy: Sendable {
     /// Attempts per call, the first included.
     public var maxAttempts: Int
+    /// Of those, attempts that may end in a transport error (refused, reset, timed out, a body cut
+    /// short). Lower than `maxAttempts`: a server that answers 5xx or 429 is reachable and says to
+    /// come back, and outlasting a run of those is cheap insurance against a mount-wide EIO; an
+    /// unreachable server is an outage, which should surface as EIO (or a cached answer) quickly.
+    public var maxTransportAttempts: Int
     /// First backoff for 5xx and transport errors, in seconds; doubles per attempt.
     public var baseDelay: Double
     /// Upper bound on one backoff, in seconds.
@@ -32,21 +37,27 @@ public struct RetryPolicy: Sendable {
     /// Blocks the calling thread; tests replace it to record waits instead.
     public var sleep: @Sendable (Double) -> Void
 
-    public init(maxAttempts: Int = 4, baseDelay: Double = 0.5, maxDelay: Double = 8,
+    public init(maxAttempts: Int = 8, maxTransportAttempts: Int? = nil, baseDelay: Double = 0.5, maxDelay: Double = 8,
                 callDeadline: Double = 120, sleep: @escaping @Sendable (Double) -> Void = RetryPolicy.threadSleep) {
-        self.maxAttempts = maxAttempts; self.baseDelay = baseDelay; self.maxDelay = maxDelay
+        self.maxAttempts = maxAttempts; self.maxTransportAttempts = maxTransportAttempts ?? maxAttempts
+        self.baseDelay = baseDelay; self.maxDelay = maxDelay
         self.callDeadline = callDeadline; self.sleep = sleep
     }
 
-    public static let standard = RetryPolicy()
+    /// What a mount uses: up to 8 attempts, of which up to 4 may be transport failures, so 10% of
+    /// answers failing costs no reader an error while an outage still fails within seconds.
+    public static let standard = RetryPolicy(maxAttempts: 8, maxTransportAttempts: 4)
 
     /// One attempt, no waiting.
     public static let never = RetryPolicy(maxAttempts: 1)
 
     /// Seconds to wait before trying again after `error` ended attempt number `attempt` (1-based),
-    /// or nil to give up and throw it. `remaining` is what is left of the call's deadline.
-    public func delay(after error: DropboxError, attempt: Int, remaining: Double) -> Double? {
+    /// or nil to give up and throw it. `remaining` is what is left of the call's deadline;
+    /// `transportFailures` counts the call's attempts so far that ended in a transport error.
+    public func delay(after error: DropboxError, attempt: Int, transportFailures: Int = 0,
+                      remaining: Double) -> Double? {
         guard attempt < maxAttempts else { return nil }
+        if case .transport = error, transportFailures >= maxTransportAttempts { return nil }
         let wait: Double
         switch error {
         case .rateLimited(let retryAfter):

@@ -255,6 +255,13 @@ struct RetryTests {
         let big = RetryPolicy(maxAttempts: 40, baseDelay: 1, maxDelay: 3, callDeadline: 100, sleep: { _ in })
         #expect((big.delay(after: .transport(code: 7, message: ""), attempt: 39, remaining: 100) ?? 99) <= 3)
         #expect(RetryPolicy.never.delay(after: .server(status: 500, body: ""), attempt: 1, remaining: 100) == nil)
+        // The mount's policy outlasts a run of 5xx/429 longer than a run of transport failures.
+        let standard = RetryPolicy(maxAttempts: 8, maxTransportAttempts: 4, sleep: { _ in })
+        #expect(standard.delay(after: .server(status: 503, body: ""), attempt: 7, remaining: 100) != nil)
+        #expect(standard.delay(after: .server(status: 503, body: ""), attempt: 8, remaining: 100) == nil)
+        #expect(standard.delay(after: .transport(code: 7, message: ""), attempt: 5, transportFailures: 3, remaining: 100) != nil)
+        #expect(standard.delay(after: .transport(code: 7, message: ""), attempt: 4, transportFailures: 4, remaining: 100) == nil)
+        #expect(RetryPolicy.standard.maxTransportAttempts == 4)
     }
 
     @Test func deadlineBoundsEachAttemptsTimeout() throws {
