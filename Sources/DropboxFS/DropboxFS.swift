@@ -34,6 +34,8 @@ public final class DropboxFS: Sendable {
     let invalidationSink = Mutex<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
     let stopped = Atomic<Bool>(false)
     let store: (any MetadataStore)?
+    /// Exported documents (Exports.swift), whole, within 64 MiB.
+    let exports = ExportCache(capacity: 64 << 20)
     /// Reads file contents: read-ahead, the memory budget, the block cache (`Reading/`).
     let reader: ReadEngine
 
@@ -151,6 +153,7 @@ public final class DropboxFS: Sendable {
     public func open(_ inode: InodeNumber) throws(FSError) -> OpenedFile {
         // Open sends the kernel no attributes, so it revalidates without marking the size reported.
         let slot = try revalidate(inode)
+        if let export = try openExport(slot) { return export }
         return try state.withLock { state throws(FSError) -> OpenedFile in
             guard state.tree.isAlive(slot) else { throw .notFound }
             guard let file = state.tree.details(slot) else { throw .isADirectory }
@@ -180,6 +183,11 @@ public final class DropboxFS: Sendable {
         let file = try state.withLock { state throws(FSError) -> OpenFile in
             guard let file = state.fileHandles[handle] else { throw .badHandle }
             return file
+        }
+        if let exported = file.exported {
+            guard offset < UInt64(exported.count), size > 0 else { return .empty }
+            let start = Int(offset)
+            return .copying(exported[start..<min(exported.count, start + size)])
         }
         guard let stream = file.stream else { throw .badHandle }
         // Bytes of a rev that is no longer current must not reach the page cache, where a newer
@@ -327,7 +335,7 @@ public final class DropboxFS: Sendable {
             }
             let invalidations = state.withLock { state -> [KernelInvalidation] in
                 guard state.tree.isAlive(folder) else { return [] }
-                var update = TreeUpdate(rootPath: options.rootPath, logger: logger)
+                var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
                 update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: !firstTime)
                 return update.invalidations
             }
