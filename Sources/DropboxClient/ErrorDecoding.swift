@@ -83,7 +83,8 @@ enum ErrorDecoding {
             let trimmed = header.trimmingSpaces
             if let seconds = Int(trimmed) { return clampRetryAfter(seconds) }
             if let seconds = Double(trimmed), seconds.isFinite {
-                return clampRetryAfter(Int(seconds.rounded(.up)))
+                // Clamped as a Double first: Int(1e20) traps, and a header must not crash the mount.
+                return clampRetryAfter(Int(min(max(seconds, 0), 86_400).rounded(.up)))
             }
         }
         if case .number(let text)? = parsed(response)?["error"]?["retry_after"], let seconds = Int(text) {

@@ -108,6 +108,13 @@ struct TreeUpdate {
         for entry in entries {
             guard let components = relativeComponents(entry) else { continue }
             guard !components.isEmpty else { continue }   // the mounted folder itself
+            // Checked before walking the path: an entry that will be skipped (a name with `/`,
+            // `..`, ...) must not leave behind the folders its path implies (found by fuzzing).
+            var accepted: (String, FileDetails?)?
+            if case .deleted = entry {} else {
+                guard let ok = acceptable(entry, in: "change") else { continue }
+                accepted = ok
+            }
             var parent = Slot.root
             var parentMissing = false
             for component in components.dropLast() {
@@ -143,7 +150,7 @@ struct TreeUpdate {
                 }
                 continue
             }
-            guard let (name, details) = acceptable(entry, in: "change") else { continue }
+            guard let (name, details) = accepted else { continue }
             let (slot, outcome) = tree.upsert(parent: parent, name: name, details: details)
             if notify { record(outcome, slot: slot, name: name, parent: parent) }
             if details == nil, outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
