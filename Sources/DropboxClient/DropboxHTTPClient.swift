@@ -1,10 +1,12 @@
 // `DropboxAPI` over HTTP: builds each route's request (DROPBOX_API.md §0–1), sends it through an
 // `HTTPTransport` with bounded retries (`RetryPolicy`), and decodes the answer or the error.
 //
-// The client holds no mutable state: every call is independent, so any number of FUSE worker
-// threads may call it at once. Connection reuse is the transport's job.
+// The only state the client shares between calls is its pacer: a 429 pauses every caller, not
+// just the one that got it, since rate-limited requests still count against the limit. Any number
+// of FUSE worker threads may call it at once. Connection reuse is the transport's job.
 
 import Logging
+import Synchronization
 
 public final class DropboxHTTPClient: DropboxAPI {
     public let endpoints: DropboxEndpoints
@@ -19,6 +21,8 @@ public final class DropboxHTTPClient: DropboxAPI {
     private let logger: Logger
     /// Level of the one line logged per failed call (route, error summary, request id).
     private let failureLogLevel: Logger.Level
+    /// Until when no request may be sent, after a 429's Retry-After (shared by all callers).
+    private let pausedUntil = Mutex<ContinuousClock.Instant?>(nil)
 
     /// Largest RPC answer accepted: a 2000-entry list_folder page is about 1 MB.
     public static let maxRPCResponseBytes = 16 << 20
@@ -287,6 +291,12 @@ public final class DropboxHTTPClient: DropboxAPI {
         var requestID: String?
         while true {
             attempt += 1
+            // A 429 seen by any caller holds every caller back until its Retry-After has passed.
+            if let until = pausedUntil.withLock({ $0 }), until > clock.now {
+                let wait = until - clock.now
+                let seconds = Double(wait.components.seconds) + Double(wait.components.attoseconds) * 1e-18
+                retryPolicy.sleep(min(seconds, max(0, remaining() - 1)))
+            }
             let token = auth ? try tokens.accessToken() : nil
             var request = try build(token)
             request.timeout = max(1, min(request.timeout, remaining()))
@@ -312,6 +322,10 @@ public final class DropboxHTTPClient: DropboxAPI {
                 }
             }
             if case .transport = error { transportFailures += 1 }
+            if case .rateLimited(let retryAfter) = error {
+                let until = clock.now + .seconds(retryAfter)
+                pausedUntil.withLock { $0 = max($0 ?? until, until) }
+            }
             guard let wait = retryPolicy.delay(after: error, attempt: attempt, transportFailures: transportFailures,
                                                remaining: remaining()) else {
                 logFailure(route: route, error: error, requestID: requestID, attempts: attempt)

@@ -8,8 +8,9 @@
 // - Everything else (409 route errors, 400, 401, malformed answers) is an answer, not a hiccup.
 //
 // The whole call, attempts and waits together, has a deadline: a FUSE request should fail with EIO
-// in bounded time rather than hang a user's `ls`. Issue 8 grows this into a shared pacer (one 429
-// slows every thread); keep the decision in `delay(after:attempt:remaining:)` so that stays local.
+// in bounded time rather than hang a user's `ls`. A 429 also pauses every other caller of the same
+// client until its Retry-After has passed (DropboxHTTPClient's pacer); the per-call decision stays
+// in `delay(after:attempt:transportFailures:remaining:)`.
 
 #if canImport(Glibc)
 import Glibc

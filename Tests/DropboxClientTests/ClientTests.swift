@@ -264,6 +264,22 @@ struct RetryTests {
         #expect(RetryPolicy.standard.maxTransportAttempts == 4)
     }
 
+    @Test func a429PausesEveryCallerNotOnlyTheOneThatGotIt() throws {
+        let sleeps = SleepRecorder()
+        let fake = FakeTransport { _, i in
+            i == 0 ? response(429, #"{"error_summary":"too_many_requests/"}"#, headers: ["retry-after": "3"])
+                   : response(#"{"cursor":"ok"}"#)
+        }
+        let client = makeClient(fake, sleeps: sleeps)
+        _ = try client.latestCursor(path: "", recursive: false)   // got the 429, waited, succeeded
+        let before = sleeps.recorded.count
+        _ = try client.latestCursor(path: "/other", recursive: false)   // a different caller
+        let waits = sleeps.recorded.dropFirst(before)
+        // The recorder does not really sleep, so the pause is still on: the second call waits too.
+        #expect(waits.count == 1 && (waits.first ?? 0) > 2 && (waits.first ?? 99) <= 3)
+        #expect(fake.requests.count == 3)
+    }
+
     @Test func deadlineBoundsEachAttemptsTimeout() throws {
         let fake = FakeTransport { _, _ in response(#"{"cursor":"ok"}"#) }
         let client = DropboxHTTPClient(endpoints: .dropbox, tokens: StaticAccessToken("t"), transport: fake,
