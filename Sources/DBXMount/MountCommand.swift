@@ -16,7 +16,7 @@ struct MountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -62,6 +62,9 @@ struct MountCommand: ParsableCommand {
 
     @Option(help: ArgumentHelp("Seconds a listing and the attributes it gave are trusted (default 60).", valueName: "seconds"))
     var ttl: Int?
+
+    @Option(help: ArgumentHelp("Seconds one Dropbox call may take, retries included (default 120): past it a read fails with EIO and a listed folder keeps its cached answer.", valueName: "seconds"))
+    var deadline: Int?
 
     @Flag(help: "Match names case-insensitively, as Dropbox does (names still show as Dropbox has them).")
     var caseInsensitive = false
@@ -146,8 +149,20 @@ struct MountCommand: ParsableCommand {
         // Once mounted, each failed call logs one line (with Dropbox's request id); before, the
         // command's own one-line message says it.
         let pathRoot = namespace.isEmpty ? nil : #"{".tag":"root","root":"\#(namespace)"}"#
+        let deadlineSeconds: UInt32
+        if let deadline {
+            guard let seconds = UInt32(exactly: deadline), seconds > 0 else {
+                throw UsageError("--deadline needs a positive number of seconds, not \(deadline)")
+            }
+            deadlineSeconds = seconds
+        } else {
+            deadlineSeconds = try options.number("deadline") ?? 120
+            guard deadlineSeconds > 0 else { throw UsageError("deadline needs a positive number of seconds") }
+        }
+        var mountedPolicy = RetryPolicy.standard
+        mountedPolicy.callDeadline = Double(deadlineSeconds)
         let mountedClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
-                                              pathRoot: pathRoot, failureLogLevel: .warning)
+                                              pathRoot: pathRoot, retryPolicy: mountedPolicy, failureLogLevel: .warning)
         if !source.isEmpty {
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
                                                    pathRoot: pathRoot)

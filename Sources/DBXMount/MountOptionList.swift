@@ -11,7 +11,7 @@ struct MountOptionList {
     var ignored: [String] = []
 
     static let settingNames: Set<String> = [
-        "uid", "gid", "umask", "ttl", "case_insensitive", "hide_exports", "token_file", "api_url", "content_url",
+        "uid", "gid", "umask", "ttl", "deadline", "case_insensitive", "hide_exports", "token_file", "api_url", "content_url",
         "notify_url", "ca_bundle", "cache_dir", "no_cache", "account", "config", "team_space",
         "readahead_memory", "block_cache_dir", "block_cache_size", "foreground", "debug", "log_level", "log_file",
     ]

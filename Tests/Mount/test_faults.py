@@ -121,7 +121,7 @@ def test_outage_lists_cached_folders_fails_uncached_reads_and_recovers(outage_tr
     try:
         # A short TTL, so the listings are stale (and revalidated against a dead server) during
         # the outage: the cached answer must still be served.
-        m = Mount(emulator, tmp_path / "mnt", "--ttl", "1")
+        m = Mount(emulator, tmp_path / "mnt", "--ttl", "1", "-o", "deadline=20")
         try:
             docs = m.mountpoint / "Docs"
             listed = sorted(os.listdir(docs))
