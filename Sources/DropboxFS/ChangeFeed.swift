@@ -111,6 +111,7 @@ extension DropboxFS {
             }
             state.tree.markAllFoldersComplete(at: now())
             state.feed.cursor = page.cursor
+            state.feed.unsaved = true
             state.feed.live = true
             state.feed.lastContact = now()
             return gone
@@ -144,6 +145,7 @@ extension DropboxFS {
                             newFoldersListedAt: Double? = nil) {
         let invalidations = state.withLock { state -> [KernelInvalidation] in
             update.invalidations = []
+            if !entries.isEmpty { state.feed.unsaved = true }
             update.apply(entries, to: &state.tree, notify: notify, newFoldersListedAt: newFoldersListedAt)
             return update.invalidations
         }
@@ -172,13 +174,14 @@ extension DropboxFS {
         }
     }
 
-    /// Saves the tree and its cursor, if there is a store and a cursor. The tree is copied under
+    /// Saves the tree and its cursor, if there is a store, a cursor, and a change since the last save. The tree is copied under
     /// the lock (copy-on-write makes that O(1)) and walked outside it, so lookups never wait on a
     /// save of a large tree.
     public func persist() {
         guard let store else { return }
         guard let (tree, cursor) = state.withLock({ state -> (Tree, String)? in
-            guard let cursor = state.feed.cursor, !state.feed.catchingUp else { return nil }
+            guard let cursor = state.feed.cursor, !state.feed.catchingUp, state.feed.unsaved else { return nil }
+            state.feed.unsaved = false
             return (state.tree, cursor)
         }) else { return }
         var entries: [PersistedEntry] = []

@@ -20,6 +20,9 @@ struct FeedStatus {
     /// A tree loaded from the persistent cache is being brought up to date with `continue`.
     var catchingUp = false
     var cursor: String?
+    /// The tree changed (a fill, or a batch with entries) since it was last saved; an idle feed
+    /// therefore never rewrites the whole saved tree.
+    var unsaved = false
 }
 
 /// A change the kernel must forget, because it may have cached the old state.

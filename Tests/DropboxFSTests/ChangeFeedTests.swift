@@ -239,6 +239,25 @@ struct ChangeFeedTests {
         #expect(dropbox.counters.listContinue > before.listContinue, "caught up with continue")
     }
 
+    @Test func anIdleFeedNeverRewritesTheSavedTree() throws {
+        dropbox.addFile("/a.txt", [1])
+        let store = InMemoryStore()
+        let fs = makeFS(store: store)
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        fs.persist()
+        let afterFill = store.saves.withLock { $0 }
+        #expect(afterFill >= 1, "the first full listing is saved")
+        fs.persist()
+        fs.persist()
+        #expect(store.saves.withLock { $0 } == afterFill, "nothing changed: nothing is written")
+        dropbox.addFile("/b.txt", [2])
+        #expect(eventually { (try? resolve(fs, "b.txt")) != nil })
+        fs.persist()
+        #expect(store.saves.withLock { $0 } == afterFill + 1, "a change is saved once")
+        #expect(store.load()?.entries.map(\.path).sorted() == ["/a.txt", "/b.txt"])
+    }
+
     @Test func bytesPerEntryStayCompact() throws {
         var tree = Tree()
         let count = 200_000

@@ -315,8 +315,12 @@ final class ManualClock: Sendable {
 /// A `MetadataStore` in memory, to test remounts.
 final class InMemoryStore: MetadataStore {
     let saved = Mutex<PersistedTree?>(nil)
+    let saves = Mutex(0)
     func load() -> PersistedTree? { saved.withLock { $0 } }
-    func save(_ tree: PersistedTree) { saved.withLock { $0 = tree } }
+    func save(_ tree: PersistedTree) {
+        saved.withLock { $0 = tree }
+        saves.withLock { $0 += 1 }
+    }
     func clear() { saved.withLock { $0 = nil } }
 }
 

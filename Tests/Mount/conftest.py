@@ -7,7 +7,6 @@ started are ever signalled.
 import os
 import random
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -145,14 +144,20 @@ class Mount:
             time.sleep(0.05)
 
     def unmount(self):
-        if is_mounted(self.mountpoint):
-            subprocess.run(["fusermount3", "-u", str(self.mountpoint)], check=False)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], check=False)
+        stop_mount(self.mountpoint, self.process)
+
+
+def stop_mount(mountpoint: Path, process: subprocess.Popen) -> None:
+    """Unmounts a dbx-mount this test started and waits for its process; a hung one is killed
+    and its mount detached lazily, so no test leaves a mount behind."""
+    if is_mounted(mountpoint):
+        subprocess.run(["fusermount3", "-u", str(mountpoint)], capture_output=True, check=False)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ tokens living 3 s; revoking, logout, loose configs, named accounts, fstab option
 Every byte dbx-mount prints (and its debug log) is kept and searched for tokens at the end of each
 test. No test passes a token to dbx-mount: DBX_ACCESS_TOKEN is removed from its environment.
 """
-import hashlib
 import json
 import os
 import random
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, Emulator, is_mounted
+from conftest import DBX_MOUNT, Emulator, is_mounted, stop_mount
 
 APP_KEY = "test-app-key"
 SEED_REFRESH = "seed-refresh-token-unused-by-dbx-mount"
@@ -133,14 +132,7 @@ class Session:
 
     def unmount_all(self):
         for mountpoint, process in self.mounts:
-            if is_mounted(mountpoint):
-                subprocess.run(["fusermount3", "-u", str(mountpoint)], check=False)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+            stop_mount(mountpoint, process)
         self.mounts = []
 
     def check_no_tokens(self):

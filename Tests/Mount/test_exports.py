@@ -1,6 +1,5 @@
 """issue 9: documents Dropbox cannot download appear as their exports and read through files/export."""
 import os
-import shutil
 import subprocess
 
 from conftest import Emulator, Mount

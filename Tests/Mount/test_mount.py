@@ -6,13 +6,12 @@ import random
 import signal
 import stat
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, is_mounted, mount_entry
+from conftest import DBX_MOUNT, TOKEN, Mount, is_mounted, mount_entry
 
 
 def run(*args, cwd=None):

@@ -6,7 +6,6 @@ import random
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, DBX_MOUNT, REPO, TOKEN, Emulator, Mount, is_mounted, mount_entry
+from conftest import BUILD, DBX_MOUNT, REPO, TOKEN, Emulator, Mount, is_mounted, mount_entry, stop_mount
 
 
 def emulator_options(emulator, tmp_path: Path) -> str:
@@ -241,13 +241,7 @@ def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_pa
         assert (mnt / "docs" / "b.txt").read_bytes() == b"b\n"
         assert process.poll() is None and is_mounted(mnt)   # SIGHUP no longer ends the session
     finally:
-        if is_mounted(mnt):
-            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_mount(mnt, process)
         emulator.stop()
 
 
@@ -294,13 +288,7 @@ def test_one_line_per_failed_operation_with_the_request_id_and_no_token(tmp_path
         assert " debug " in "\n".join(lines)              # -vv reaches the file
         assert SECRET not in log.read_text()
     finally:
-        if is_mounted(mnt):
-            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_mount(mnt, process)
         emulator.stop()
     output = process.stdout.read() + process.stderr.read()
     assert output == ""                                   # everything went to the log file
