@@ -53,7 +53,7 @@ extension FileBytes {
     /// Bytes that are not the read engine's, in the shape the FUSE adapter replies from.
     static func copying(_ bytes: ArraySlice<UInt8>) -> FileBytes {
         guard !bytes.isEmpty else { return .empty }
-        let part = Part(range: 0..<UInt64(bytes.count), budget: nil)
+        let part = Part(range: 0..<UInt64(bytes.count))
         _ = part.claim()
         _ = bytes.withUnsafeBytes { part.append($0) }
         part.finish()

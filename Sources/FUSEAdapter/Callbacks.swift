@@ -51,6 +51,15 @@ enum Callbacks {
         if let conn, conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
             conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
         }
+        if let conn {
+            // The kernel's read-ahead requests are "background" requests. Past
+            // `congestion_threshold` of them in flight (libfuse's default 9 of 12), it stops
+            // reading ahead and drops the pages it had added to the page cache, so a few parallel
+            // readers with a 4 MiB read-ahead each (KernelReadahead) would keep dropping and
+            // re-adding their pages and fall back to one synchronous request per read.
+            conn.pointee.max_background = KernelReadahead.maxBackgroundRequests
+            conn.pointee.congestion_threshold = KernelReadahead.maxBackgroundRequests * 3 / 4
+        }
         context.startBackgroundWork()
     }
 

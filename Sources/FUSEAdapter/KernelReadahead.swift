@@ -12,6 +12,10 @@ enum KernelReadahead {
     /// What the kernel may read ahead on a dbx-mount, in KiB.
     static let kibibytes = 4096
 
+    /// Read-ahead requests the kernel may have in flight on the mount: 16 readers' worth of
+    /// whole 4 MiB windows in 1 MiB requests (FUSE's ceiling is 65535).
+    static let maxBackgroundRequests: UInt32 = 64
+
     /// Sets the mount's `read_ahead_kb`, found through `/proc/self/mountinfo`. Returns false when
     /// it cannot (not root, no sysfs, mount not found).
     @discardableResult

@@ -129,6 +129,22 @@ struct ReadEngineTests {
         #expect(eventually { fs.readAheadUsage.reserved == 0 && fs.readAheadUsage.streams == 0 })
     }
 
+    @Test func aFullBudgetReusesTheBufferJustGivenBack() throws {
+        // Streaming at a full budget frees one part as it reserves the next. The next must get
+        // the freed buffer (already faulted in), not a fresh allocation whose every page faults.
+        let budget = ReadBudget(capacity: 2 << 20)
+        let first = try #require(budget.reserveBuffer(1 << 20))
+        let second = try #require(budget.reserveBuffer(1 << 20))
+        #expect(budget.reserveBuffer(1 << 20) == nil, "nothing past the capacity")
+        budget.returnBuffer(first)
+        let third = try #require(budget.reserveBuffer(1 << 20))
+        #expect(third.baseAddress == first.baseAddress)
+        #expect(budget.usage.reserved == 2 << 20)
+        budget.returnBuffer(second)
+        budget.returnBuffer(third)
+        #expect(budget.usage.reserved == 0)
+    }
+
     @Test func randomSmallReadsDownloadLittleMoreThanTheyRead() throws {
         let content = Self.content(64 * Self.MiB)
         dropbox.addFile("/big.bin", content)

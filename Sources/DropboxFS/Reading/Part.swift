@@ -28,16 +28,21 @@ final class Part: @unchecked Sendable {
     private var status = Status.queued
     private var served = 0
 
-    /// A part of the budget: the caller has reserved `ReadBudget.bufferSize(for:)` of its length.
-    init(range: Range<UInt64>, budget: ReadBudget?) {
+    /// A part outside the budget (a one-off read): its own buffer, freed with it.
+    init(range: Range<UInt64>) {
+        self.range = range
+        budget = nil
+        length = Int(range.upperBound - range.lowerBound)
+        storage = .allocate(byteCount: max(length, 1), alignment: 4096)
+    }
+
+    /// A part of the budget, in `buffer` from `budget.reserveBuffer(ReadBudget.bufferSize(for:))`.
+    init(range: Range<UInt64>, buffer: UnsafeMutableRawBufferPointer, budget: ReadBudget) {
         self.range = range
         self.budget = budget
         length = Int(range.upperBound - range.lowerBound)
-        if let budget {
-            storage = budget.takeBuffer(ReadBudget.bufferSize(for: length))
-        } else {
-            storage = .allocate(byteCount: max(length, 1), alignment: 4096)
-        }
+        precondition(buffer.count >= length, "a part's buffer is smaller than the part")
+        storage = buffer
     }
 
     deinit {

@@ -194,7 +194,7 @@ final class ReadEngine: Sendable {
             // Not in the stream (random, behind it, beyond the budget, or dropped meanwhile).
             let first = cursor / Self.page * Self.page
             let last = min(file.size, (end + Self.page - 1) / Self.page * Self.page)
-            let part = Part(range: first..<last, budget: nil)
+            let part = Part(range: first..<last)
             _ = part.claim()
             fetch(part, of: stream)
             guard try part.wait(forPrefix: Int(end - first)) == .ready else {
@@ -263,8 +263,8 @@ final class ReadEngine: Sendable {
             let neededNow = next < end
             let cost = UInt64(ReadBudget.bufferSize(for: Int(size)))
             if !neededNow && held + cost > limit { break }
-            guard budget.reserve(UInt64(ReadBudget.bufferSize(for: Int(size)))) else { break }
-            let part = Part(range: next..<(next + size), budget: budget)
+            guard let buffer = budget.reserveBuffer(Int(cost)) else { break }
+            let part = Part(range: next..<(next + size), buffer: buffer, budget: budget)
             s.parts.append(part)
             plan.scheduled.append((part, neededNow))
             held += cost

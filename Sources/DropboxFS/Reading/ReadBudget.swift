@@ -40,38 +40,34 @@ public final class ReadBudget: Sendable {
         return size
     }
 
-    /// Takes `bytes` if they fit under the capacity, freeing parked buffers to make room.
-    func reserve(_ bytes: UInt64) -> Bool {
+    /// Reserves a buffer of size class `size` and hands it over: a parked one of that size if
+    /// there is one (no page faults), else a fresh allocation. Nil when it does not fit under the
+    /// capacity. Other parked buffers are freed only as far as the capacity needs; doing this in
+    /// one step matters, since freeing first would often free the very buffer about to be reused.
+    func reserveBuffer(_ size: Int) -> UnsafeMutableRawBufferPointer? {
         var freed: [RawBuffer] = []
-        let ok = state.withLock { counts -> Bool in
-            guard counts.reserved + bytes <= capacity else { return false }
+        let outcome = state.withLock { counts -> (ok: Bool, reused: RawBuffer?) in
+            let bytes = UInt64(size)
+            guard counts.reserved + bytes <= capacity else { return (false, nil) }
             counts.reserved += bytes
             counts.peak = max(counts.peak, counts.reserved)
-            while counts.reserved + counts.parkedBytes > capacity, let size = counts.parked.keys.max() {
-                let buffer = counts.parked[size]!.removeLast()
+            var reused: RawBuffer?
+            if let buffer = counts.parked[size]?.popLast() {
                 if counts.parked[size]!.isEmpty { counts.parked[size] = nil }
-                counts.parkedBytes -= UInt64(size)
+                counts.parkedBytes -= bytes
+                reused = buffer
+            }
+            while counts.reserved + counts.parkedBytes > capacity, let largest = counts.parked.keys.max() {
+                let buffer = counts.parked[largest]!.removeLast()
+                if counts.parked[largest]!.isEmpty { counts.parked[largest] = nil }
+                counts.parkedBytes -= UInt64(largest)
                 freed.append(buffer)
             }
-            return true
+            return (true, reused)
         }
         for buffer in freed { buffer.pointer.deallocate() }   // outside the lock
-        return ok
-    }
-
-    func release(_ bytes: UInt64) {
-        state.withLock { $0.reserved -= min($0.reserved, bytes) }
-    }
-
-    /// A buffer of exactly `size` bytes (a size class), recycled if one is parked.
-    func takeBuffer(_ size: Int) -> UnsafeMutableRawBufferPointer {
-        let parked = state.withLock { counts -> RawBuffer? in
-            guard let buffer = counts.parked[size]?.popLast() else { return nil }
-            if counts.parked[size]!.isEmpty { counts.parked[size] = nil }
-            counts.parkedBytes -= UInt64(size)
-            return buffer
-        }
-        return parked?.pointer ?? .allocate(byteCount: size, alignment: 4096)
+        guard outcome.ok else { return nil }
+        return outcome.reused?.pointer ?? .allocate(byteCount: size, alignment: 4096)
     }
 
     /// Gives back a part's buffer and its reservation together: parked for reuse if it fits under
@@ -102,7 +98,7 @@ public final class ReadBudget: Sendable {
     }
 }
 
-/// A parked buffer. `@unchecked Sendable`: a parked buffer belongs to nobody until `takeBuffer`
+/// A parked buffer. `@unchecked Sendable`: a parked buffer belongs to nobody until `reserveBuffer`
 /// hands it to exactly one part; it is only moved in and out under the budget's lock.
 struct RawBuffer: @unchecked Sendable {
     let pointer: UnsafeMutableRawBufferPointer
