@@ -41,11 +41,13 @@ extension DropboxFS {
             state.feed.catchingUp = true
         }
         logger.info("loaded saved tree", metadata: ["entries": "\(saved.entries.count)"])
+        bulkWorkDone()
     }
 
     private func syncLoop(longpollTimeout: Int) {
         var failures = 0
         var resetting = false
+        var listedAll = false
         var lastSaved = now()
         while !stopped.load(ordering: .relaxed) {
             do throws(DropboxError) {
@@ -62,10 +64,16 @@ extension DropboxFS {
                 } else {
                     try fill(replacing: resetting)
                     resetting = false
+                    listedAll = true
                     lastSaved = -.infinity
                 }
                 failures = 0
-                if now() - lastSaved > 30 { persist(); lastSaved = now() }
+                if now() - lastSaved > 30 {
+                    let saved = persist()
+                    lastSaved = now()
+                    if saved || listedAll { bulkWorkDone() }
+                }
+                listedAll = false
             } catch {
                 if error.isRoute("reset") {
                     logger.warning("change feed cursor was reset; listing the mounted folder again")
@@ -177,13 +185,15 @@ extension DropboxFS {
     /// Saves the tree and its cursor, if there is a store, a cursor, and a change since the last save. The tree is copied under
     /// the lock (copy-on-write makes that O(1)) and walked outside it, so lookups never wait on a
     /// save of a large tree.
-    public func persist() {
-        guard let store else { return }
+    /// Returns whether it saved.
+    @discardableResult
+    public func persist() -> Bool {
+        guard let store else { return false }
         guard let (tree, cursor) = state.withLock({ state -> (Tree, String)? in
             guard let cursor = state.feed.cursor, !state.feed.catchingUp, state.feed.unsaved else { return nil }
             state.feed.unsaved = false
             return (state.tree, cursor)
-        }) else { return }
+        }) else { return false }
         var entries: [PersistedEntry] = []
         entries.reserveCapacity(tree.liveCount)
         tree.walk { slot in
@@ -195,6 +205,7 @@ extension DropboxFS {
             entries.append(PersistedEntry(path: path, file: file))
         }
         store.save(PersistedTree(cursor: cursor, entries: entries))
+        return true
     }
 
     private func metadata(for entry: PersistedEntry) -> Metadata {

@@ -32,6 +32,7 @@ public final class DropboxFS: Sendable {
     /// Signalled whenever the feed's status changes, for requests waiting on a catch-up.
     let feedChanged = NSCondition()
     let invalidationSink = Mutex<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
+    let bulkWorkSink = Mutex<(@Sendable () -> Void)?>(nil)
     let stopped = Atomic<Bool>(false)
     let store: (any MetadataStore)?
     /// Exported documents (Exports.swift), whole, within 64 MiB.
@@ -55,6 +56,18 @@ public final class DropboxFS: Sendable {
     /// Where changes the kernel must forget are sent (the FUSE adapter's invalidation queue).
     public func onInvalidation(_ sink: @escaping @Sendable ([KernelInvalidation]) -> Void) {
         invalidationSink.withLock { $0 = sink }
+    }
+
+    /// Called on the sync thread after work that allocated and freed memory in proportion to the
+    /// whole tree: a full listing, or a save of the tree. The mount gives the freed heap back to
+    /// the system there (decoding a listing of 100,000 entries leaves tens of MiB freed but
+    /// resident, which would otherwise count against every later figure of the process's memory).
+    public func onBulkWorkDone(_ body: @escaping @Sendable () -> Void) {
+        bulkWorkSink.withLock { $0 = body }
+    }
+
+    func bulkWorkDone() {
+        bulkWorkSink.withLock { $0 }?()
     }
 
     /// How long the kernel may cache what it is told now: the TTL while the change feed is live

@@ -1,3 +1,4 @@
+import CShims
 import DropboxClient
 import DropboxFS
 import Foundation
@@ -45,6 +46,8 @@ public final class MountContext: Sendable {
             invalidator.start()
             filesystem.onInvalidation { invalidator.enqueue($0) }
         }
+        // glibc keeps freed heap mapped; a full listing frees tens of MiB at once.
+        filesystem.onBulkWorkDone { _ = malloc_trim(0) }
         if followChanges { filesystem.startChangeFeed() }
         SignalWatcher(context: self).start()
     }

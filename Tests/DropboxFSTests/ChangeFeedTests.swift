@@ -258,6 +258,27 @@ struct ChangeFeedTests {
         #expect(store.load()?.entries.map(\.path).sorted() == ["/a.txt", "/b.txt"])
     }
 
+    @Test func theMountHearsOfBulkWorkAfterAFullListingAndAfterLoadingASavedTree() throws {
+        // The mount trims the heap there (malloc_trim): a listing's decoded pages are garbage by then.
+        seedTree()
+        let store = InMemoryStore()
+        let calls = Atomic<Int>(0)
+        let first = makeFS(store: store)
+        first.onBulkWorkDone { calls.add(1, ordering: .relaxed) }
+        try startLive(first)
+        #expect(eventually { calls.load(ordering: .relaxed) >= 1 }, "after the fill (and its save)")
+        first.stopChangeFeed()
+        let afterFill = calls.load(ordering: .relaxed)
+        #expect(afterFill == 1, "one call for the fill and its save, not one per page")
+        first.persist()
+
+        let second = makeFS(store: store)
+        second.onBulkWorkDone { calls.add(1, ordering: .relaxed) }
+        defer { second.stopChangeFeed() }
+        second.startChangeFeed()
+        #expect(eventually { calls.load(ordering: .relaxed) > afterFill }, "after loading the saved tree")
+    }
+
     @Test func bytesPerEntryStayCompact() throws {
         var tree = Tree()
         let count = 200_000
