@@ -314,7 +314,47 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         context.flush()
+        if !app.usesTLS, cut == nil {
+            // Capped: paced chunks, still by sendfile(2). Copying them through user space would
+            // make the emulator, not the link it models, cost the machine's CPU, which the client
+            // under test shares on a small machine.
+            let handle = NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: file.fd)
+            pumpRegions(context: context, handle: handle, file: file, sent: 0, keepAlive: keepAlive)
+            return
+        }
         pump(context: context, file: file, sent: 0, limit: cut ?? file.length, keepAlive: keepAlive)
+    }
+
+    /// The bytes one paced step sends: 256 KiB, or a twentieth of a second at a lower cap.
+    private static func chunkSize(rate: Int?) -> Int64 {
+        let chunk = Int64(256 * 1024)
+        guard let rate else { return chunk }
+        return min(chunk, Int64(max(1024, rate / 20)))
+    }
+
+    /// Sends one paced chunk of a plain-HTTP capped download as a file region, then the next once
+    /// it is written.
+    private func pumpRegions(context: ChannelHandlerContext, handle: NIOFileHandle, file: FileBody, sent: Int64, keepAlive: Bool) {
+        let state = app.state
+        if sent >= file.length {
+            try? handle.close()
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: finish(context: context, keepAlive: keepAlive))
+            return
+        }
+        let size = min(Self.chunkSize(rate: state.currentKnobs.bandwidthBytesPerSecond), file.length - sent)
+        let send = {
+            let start = Int(file.offset + sent)
+            let region = FileRegion(fileHandle: handle, readerIndex: start, endIndex: start + Int(size))
+            let written = context.eventLoop.makePromise(of: Void.self)
+            context.writeAndFlush(self.wrapOutboundOut(.body(.fileRegion(region))), promise: written)
+            written.futureResult.assumeIsolated().whenComplete { result in
+                guard case .success = result else { try? handle.close(); return }
+                state.countBytes(Int(size), download: true)
+                self.pumpRegions(context: context, handle: handle, file: file, sent: sent + size, keepAlive: keepAlive)
+            }
+        }
+        let delay = state.reserveBandwidth(Int(size))
+        if delay > .zero { context.eventLoop.assumeIsolated().scheduleTask(in: delay, send) } else { send() }
     }
 
     /// Streams one chunk, then the next once the previous one is written.
@@ -330,9 +370,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             return
         }
-        var chunk = Int64(256 * 1024)
-        if let rate = state.currentKnobs.bandwidthBytesPerSecond { chunk = min(chunk, Int64(max(1024, rate / 20))) }
-        let size = Int(min(chunk, limit - sent))
+        let size = Int(min(Self.chunkSize(rate: state.currentKnobs.bandwidthBytesPerSecond), limit - sent))
         let offset = file.offset + sent
         let read = app.threadPool.runIfActive(eventLoop: context.eventLoop) { () -> ByteBuffer in
             var buffer = ByteBufferAllocator().buffer(capacity: size)

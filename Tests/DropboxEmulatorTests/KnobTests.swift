@@ -81,6 +81,22 @@ import Testing
         }
     }
 
+    @Test func aCappedDownloadSendsTheExactBytesOfTheFileAndOfARange() throws {
+        // Capped downloads go out in paced chunks (sendfile per chunk): every chunk must land at
+        // its offset, for whole files and ranges alike.
+        let text = (0..<40_000).map { String(format: "%07d,", $0) }.joined()   // 320,000 bytes
+        try withFixture(files: ["t.txt": text], { $0.bandwidthBytesPerSecond = 20_000_000 }) { f in
+            let whole = f.download(#"{"path":"/t.txt"}"#)
+            #expect(whole.status == 200)
+            #expect(whole.body == Data(text.utf8))
+            let ranged = f.download(#"{"path":"/t.txt"}"#, headers: ["Range: bytes=1000-300999"])
+            #expect(ranged.status == 206)
+            #expect(ranged.body == Data(text.utf8)[1000..<301_000])
+            let stats = f.curl("/__stats").json
+            #expect(stats["download_bytes"] as? Int == 320_000 + 300_000)
+        }
+    }
+
     @Test func statsCountRoutesAndBytes() throws {
         try withFixture(files: ["a": "abc"]) { f in
             _ = f.rpc("files/list_folder", #"{"path":""}"#)
