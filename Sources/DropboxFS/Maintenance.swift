@@ -13,6 +13,10 @@ public struct FilesystemUsage: Sendable {
     public var openDirectories: Int
     /// Read-ahead memory reserved now.
     public var readAheadBytes: UInt64
+    /// Reads fetched on their own, outside any read-ahead (random, behind or beside a stream),
+    /// and the bytes they downloaded, since mounting. Their buffers are outside the budget.
+    public var directReads: Int = 0
+    public var directReadBytes: UInt64 = 0
 }
 
 extension DropboxFS {
@@ -38,7 +42,9 @@ extension DropboxFS {
         let (entries, bytes, files, folders) = state.withLock {
             ($0.tree.liveCount, $0.tree.approximateBytes, $0.fileHandles.count, $0.directoryHandles.count)
         }
+        let direct = reader.directReadCounts
         return FilesystemUsage(entries: entries, treeBytes: bytes, openFiles: files, openDirectories: folders,
-                               readAheadBytes: reader.budget.usage.reserved)
+                               readAheadBytes: reader.budget.usage.reserved,
+                               directReads: direct.reads, directReadBytes: direct.bytes)
     }
 }

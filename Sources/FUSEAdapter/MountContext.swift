@@ -60,6 +60,7 @@ public final class MountContext: Sendable {
             "entries": "\(usage.entries)", "tree_bytes": "\(usage.treeBytes)",
             "rss_bytes": "\(Self.residentBytes())", "readahead_bytes": "\(usage.readAheadBytes)",
             "open_files": "\(usage.openFiles)", "open_dirs": "\(usage.openDirectories)",
+            "direct_reads": "\(usage.directReads)", "direct_read_bytes": "\(usage.directReadBytes)",
         ]
         if let meter {
             metadata["api_calls"] = "\(meter.calls)"

@@ -160,6 +160,19 @@ struct ReadEngineTests {
         }
         let amplification = Double(dropbox.downloadedBytes) / Double(returned)
         #expect(amplification <= 4, "downloaded \(amplification)x what was read")
+        // Random reads are fetched on their own, and the stats line counts them.
+        #expect(fs.usage.directReads >= 250)
+        #expect(fs.usage.directReadBytes >= 250 * 4096)
+    }
+
+    @Test func readAheadLeavesPartOfTheBudgetToReadsFetchedOnTheirOwn() throws {
+        // Up to 16 FUSE threads may each fetch a 1 MiB read outside read-ahead; read-ahead gets
+        // the rest, so the two together stay within the one budget.
+        #expect(ReadEngine.directReadReserve(of: 256 << 20) == 16 << 20)
+        #expect(ReadEngine.directReadReserve(of: 16 << 20) == 2 << 20)
+        #expect(ReadEngine.directReadReserve(of: 0) == 0)
+        let fs = makeFS(ReadAheadOptions(memoryBudget: 256 << 20))
+        #expect(fs.reader.budget.capacity == 240 << 20)
     }
 
     @Test func aTailReadDownloadsAtMostFourMiB() throws {

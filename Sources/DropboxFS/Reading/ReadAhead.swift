@@ -17,7 +17,9 @@
 // needs goes before read-ahead. A FUSE read blocks only until the bytes it asked for have arrived,
 // then hands the buffers themselves to the adapter (`FileBytes`), which replies without a copy.
 // Reads that fit nowhere in the budget (or are random) download on the FUSE thread itself, which
-// bounds them by the number of FUSE threads.
+// bounds them by the number of FUSE threads (16 of at most 1 MiB each). They are kept inside the
+// one budget too: read-ahead gets the budget less `directReadReserve`, so that four streams at
+// full tilt plus the reads fetched beside them stay within `--readahead-memory`.
 //
 // Versions. A stream belongs to one handle and so to one rev. Before each download attempt the
 // fetcher asks `isCurrent`; a part of a superseded rev fails with `changedSinceOpen` instead of
@@ -111,12 +113,22 @@ final class ReadEngine: Sendable {
     static let straggle: UInt64 = 16 << 20
     /// Reads are fetched in whole pages.
     static let page: UInt64 = 4096
+    /// The part of the memory budget left to reads fetched on their own: an eighth, at most
+    /// 16 MiB (16 FUSE threads with a 1 MiB read each).
+    static func directReadReserve(of budget: UInt64) -> UInt64 {
+        min(budget / 8, 16 << 20)
+    }
+
+    /// Reads fetched on their own (outside read-ahead) and their bytes, for the stats line.
+    private let directReads = Mutex((reads: 0, bytes: UInt64(0)))
+
+    var directReadCounts: (reads: Int, bytes: UInt64) { directReads.withLock { $0 } }
 
     init(api: any DropboxAPI, options: ReadAheadOptions, logger: Logger) {
         self.api = api
         self.options = options
         self.logger = logger
-        budget = ReadBudget(capacity: options.memoryBudget)
+        budget = ReadBudget(capacity: options.memoryBudget - Self.directReadReserve(of: options.memoryBudget))
         workers = ReadWorkers(limit: options.connections)
         cache = options.blockCacheDirectory.map { BlockCache(directory: $0, capacity: options.blockCacheBytes, logger: logger) }
     }
@@ -195,6 +207,7 @@ final class ReadEngine: Sendable {
             let first = cursor / Self.page * Self.page
             let last = min(file.size, (end + Self.page - 1) / Self.page * Self.page)
             let part = Part(range: first..<last)
+            directReads.withLock { $0.reads += 1; $0.bytes += last - first }
             _ = part.claim()
             fetch(part, of: stream)
             guard try part.wait(forPrefix: Int(end - first)) == .ready else {
