@@ -103,39 +103,15 @@ public final class DropboxHTTPClient: DropboxAPI {
                                    context: "get_metadata")
     }
 
+    /// The bytes of `range`, buffered: the streaming download below with a consumer that collects,
+    /// so both share one set of Content-Range checks and resume a cut body the same way.
     public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
-        guard !range.isEmpty else { return [] }
-        let first = range.lowerBound, last = range.upperBound - 1
-        let wanted = range.upperBound - range.lowerBound
-        let cap = max(min(wanted, Self.maxDownloadBytes), Self.wholeFileAllowance)
-        let arg = JSONWriter.encode(.object(["path": .string(path)]), headerSafe: true)
-        let url = endpoints.url(endpoints.content, route: "files/download")
-        let response: HTTPResponse
-        do {
-            response = try perform(route: "files/download", auth: true, accept: [200, 206, 416]) { token throws(DropboxError) in
-                var headers = try commonHeaders(token: token)
-                headers.append(("Dropbox-API-Arg", arg))
-                headers.append(("Range", "bytes=\(first)-\(last)"))
-                return HTTPRequest(method: .get, url: url, headers: headers, timeout: requestTimeout,
-                                   maxResponseBytes: Int(cap))
-            }
-        } catch let error where error.isRoute("range", "not_satisfiable") {
-            // The other answer Dropbox gives past the end (its 2026 transfer helpers expect it
-            // for `bytes=0-0` of an empty file; DROPBOX_API.md §1).
-            return []
+        var bytes: [UInt8] = []
+        _ = try download(path: path, range: range) { chunk in
+            bytes.append(contentsOf: chunk)
+            return true
         }
-        switch response.status {
-        case 206:
-            return try Self.verifiedPartialBody(response, first: first, last: last)
-        case 200:
-            return try Self.slicedWholeBody(response, range: range)
-        default:  // 416: the range starts at or past the end of the file.
-            if let header = response.headers["content-range"], let total = ContentRange.unsatisfiedTotal(header),
-               total > first {
-                throw .malformedResponse("download: 416 for bytes \(first)-\(last) of a \(total)-byte file")
-            }
-            return []
-        }
+        return bytes
     }
 
     public func download(path: String, range: Range<UInt64>,
@@ -180,28 +156,6 @@ public final class DropboxHTTPClient: DropboxAPI {
     }
 
     // MARK: - Response checks
-
-    /// A 206 body is passed on only if `Content-Range` is exactly what was asked (or its prefix
-    /// ending at end of file) and the body has exactly that length.
-    static func verifiedPartialBody(_ response: HTTPResponse, first: UInt64, last: UInt64) throws(DropboxError) -> [UInt8] {
-        guard let header = response.headers["content-range"], let cr = ContentRange.parse(header) else {
-            throw .malformedResponse("download: 206 without a valid Content-Range")
-        }
-        guard cr.first == first, cr.last <= last else {
-            throw .malformedResponse("download: asked for bytes \(first)-\(last), got \(cr.first)-\(cr.last)")
-        }
-        if cr.last < last, let total = cr.total, total != cr.last + 1 {
-            throw .malformedResponse("download: short range \(cr.first)-\(cr.last) of a \(total)-byte file")
-        }
-        if let total = cr.total, cr.last >= total {
-            throw .malformedResponse("download: range \(cr.first)-\(cr.last) beyond the \(total)-byte file")
-        }
-        let promised = cr.last - cr.first + 1
-        guard UInt64(response.body.count) == promised else {
-            throw .malformedResponse("download: Content-Range promised \(promised) bytes, body has \(response.body.count)")
-        }
-        return response.body
-    }
 
     /// A 200 carries the whole file: check it against `Dropbox-API-Result`'s size when present,
     /// then cut out the asked range.
