@@ -1,5 +1,5 @@
 /// What a range starting past the end of a file answers; Dropbox's own evidence conflicts
-/// (see DROPBOX_API.md §1, "A range beyond EOF is undocumented").
+/// (see docs/dropbox-api.md §1, "A range beyond EOF is undocumented").
 public enum RangePastEnd: String, Sendable, CaseIterable {
     /// 416 with `Content-Range: bytes */<size>` (what dbxfs treats as EOF).
     case status416 = "416"
