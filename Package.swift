@@ -2,8 +2,9 @@
 // dbx-mount: a read-only FUSE mount of a Dropbox account, and the Dropbox emulator it is tested against.
 //
 // Layering (each arrow is "depends on"):
-//   dbx-mount (CLI) -> FUSEAdapter -> DropboxFS (core) -> DropboxClient (API, pure Swift)
-//                                                          ^ CurlTransport (the only libcurl user)
+//   dbx-mount (CLI) -> MountRuntime -> FUSEAdapter -> DropboxFS (core) -> DropboxClient (API, pure Swift)
+//                                                                         ^ CurlTransport (the only libcurl user)
+//   MetadataCache (SQLite) implements the core's MetadataStore. docs/ARCHITECTURE.md draws the graph.
 //   dbx-emulator (CLI) -> DropboxEmulator (SwiftNIO server; shares no code with the client)
 import PackageDescription
 
@@ -55,15 +56,25 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        // Thin FUSE low-level adapter: unpacks C arguments, calls DropboxFS, replies exactly once.
+        // Thin FUSE low-level adapter: unpacks C arguments, calls the core, replies exactly once; the
+        // errno table and the kernel-notification seam. Nothing about the process around a mount.
         .target(
             name: "FUSEAdapter",
-            dependencies: ["CShims", "DropboxFS", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["CShims", "DropboxFS"]
+        ),
+        // The process around a mount: session start and teardown, daemonizing, signals, systemd
+        // notify, the kernel's read-ahead knob in sysfs, malloc tuning, the stats line.
+        .target(
+            name: "MountRuntime",
+            dependencies: [
+                "CShims", "FUSEAdapter", "DropboxFS", "DropboxClient",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .executableTarget(
             name: "DBXMount",
             dependencies: [
-                "FUSEAdapter", "DropboxFS", "DropboxClient", "CurlTransport", "MetadataCache",
+                "MountRuntime", "DropboxFS", "DropboxClient", "CurlTransport", "MetadataCache",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -87,9 +98,20 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .testTarget(name: "DropboxFSTests", dependencies: ["DropboxFS", "DropboxClient"]),
-        .testTarget(name: "DropboxClientTests", dependencies: ["DropboxClient", "CurlTransport", "DropboxEmulator"]),
+        // Shared test doubles: a fake Dropbox for the core, a fake transport for the client, a
+        // seeded generator for randomized tests, a log recorder. Used by test targets only.
+        .target(
+            name: "TestSupport",
+            dependencies: ["DropboxClient", "DropboxFS", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/TestSupport"
+        ),
+        .testTarget(name: "DropboxFSTests", dependencies: ["DropboxFS", "DropboxClient", "TestSupport"]),
+        .testTarget(name: "DropboxClientTests",
+                    dependencies: ["DropboxClient", "CurlTransport", "DropboxEmulator", "TestSupport"]),
+        // The emulator's tests speak raw HTTP to it: they need no fake.
         .testTarget(name: "DropboxEmulatorTests", dependencies: ["DropboxEmulator"]),
-        .testTarget(name: "MetadataCacheTests", dependencies: ["MetadataCache", "DropboxFS", "CSQLite"]),
+        .testTarget(name: "MetadataCacheTests", dependencies: ["MetadataCache", "DropboxFS", "CSQLite", "TestSupport"]),
+        .testTarget(name: "FUSEAdapterTests", dependencies: ["FUSEAdapter", "DropboxFS", "DropboxClient", "TestSupport"]),
+        .testTarget(name: "MountRuntimeTests", dependencies: ["MountRuntime", "DropboxFS", "TestSupport"]),
     ]
 )

@@ -13,7 +13,7 @@
 // A response body is capped per request (`HTTPRequest.maxResponseBytes`): curl refuses a larger
 // `Content-Length` up front, and the write callback stops a chunked or lying body at the cap.
 // A body cut short of its `Content-Length` is curl error 18 (PARTIAL_FILE), reported as
-// `.transport`. Header values are never logged or put in errors, so an `Authorization` header
+// `.failed`. Header values are never logged or put in errors, so an `Authorization` header
 // cannot leak.
 //
 // Streaming (issue 6). With `send(_:streamingTo:)` the sink asks the receiver, at the first body
@@ -53,17 +53,17 @@ public final class CurlTransport: HTTPTransport {
     /// Easy handles created so far (one per concurrently active request, at most).
     public var handlesOpened: Int { handlesCreated.load(ordering: .relaxed) }
 
-    public func send(_ request: HTTPRequest) throws(DropboxError) -> HTTPResponse {
+    public func send(_ request: HTTPRequest) throws(HTTPTransportError) -> HTTPResponse {
         try send(request, receiver: nil)
     }
 
-    public func send(_ request: HTTPRequest, streamingTo receiver: HTTPBodyReceiver) throws(DropboxError) -> HTTPResponse {
+    public func send(_ request: HTTPRequest, streamingTo receiver: HTTPBodyReceiver) throws(HTTPTransportError) -> HTTPResponse {
         try send(request, receiver: receiver)
     }
 
-    private func send(_ request: HTTPRequest, receiver: HTTPBodyReceiver?) throws(DropboxError) -> HTTPResponse {
+    private func send(_ request: HTTPRequest, receiver: HTTPBodyReceiver?) throws(HTTPTransportError) -> HTTPResponse {
         guard let easy = checkOut() else {
-            throw .transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "curl_easy_init failed")
+            throw .failed(code: Int(CURLE_FAILED_INIT.rawValue), message: "curl_easy_init failed")
         }
         let result = perform(request, on: easy, receiver: receiver)
         checkIn(easy)
@@ -96,11 +96,11 @@ public final class CurlTransport: HTTPTransport {
     // MARK: - One transfer
 
     private func perform(_ request: HTTPRequest, on easy: borrowing CurlEasy,
-                         receiver: HTTPBodyReceiver?) -> Result<HTTPResponse, DropboxError> {
+                         receiver: HTTPBodyReceiver?) -> Result<HTTPResponse, HTTPTransportError> {
         let h = easy.handle
         let sink = TransferSink(limit: max(0, request.maxResponseBytes), receiver: receiver)
         var headerList = CurlHeaderList()
-        do throws(DropboxError) {
+        do throws(HTTPTransportError) {
             try configure(h, easy: easy, request: request, headers: &headerList, sink: sink)
         } catch {
             return .failure(error)
@@ -113,13 +113,13 @@ public final class CurlTransport: HTTPTransport {
 
         guard code == CURLE_OK else {
             if sink.receiverAborted {
-                return .failure(.transport(code: Int(code.rawValue), message: "transfer aborted by the receiver"))
+                return .failure(.aborted)
             }
             let limitHit = sink.exceededLimit || code == CURLE_FILESIZE_EXCEEDED
             let message = limitHit
                 ? "response larger than the \(request.maxResponseBytes)-byte limit"
                 : easy.message(for: code)
-            return .failure(.transport(code: Int(code.rawValue), message: "curl error \(code.rawValue): \(message)"))
+            return .failure(.failed(code: Int(code.rawValue), message: "curl error \(code.rawValue): \(message)"))
         }
         var status = 0
         _ = dbx_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
@@ -127,23 +127,23 @@ public final class CurlTransport: HTTPTransport {
         // An empty body never reached the write callback; the receiver still hears of the answer.
         if sink.disposition == nil, let receiver {
             if receiver.responseStarted(status: status, headers: sink.headers) == .abort {
-                return .failure(.transport(code: Int(CURLE_WRITE_ERROR.rawValue), message: "transfer aborted by the receiver"))
+                return .failure(.aborted)
             }
         }
         return .success(HTTPResponse(status: status, headers: sink.headers, body: sink.body))
     }
 
     private func configure(_ h: UnsafeMutableRawPointer, easy: borrowing CurlEasy, request: HTTPRequest,
-                           headers headerList: inout CurlHeaderList, sink: TransferSink) throws(DropboxError) {
-        func check(_ code: CURLcode, _ what: StaticString) throws(DropboxError) {
+                           headers headerList: inout CurlHeaderList, sink: TransferSink) throws(HTTPTransportError) {
+        func check(_ code: CURLcode, _ what: StaticString) throws(HTTPTransportError) {
             guard code == CURLE_OK else {
-                throw .transport(code: Int(code.rawValue),
+                throw .failed(code: Int(code.rawValue),
                                  message: "cannot set \(what): \(String(cString: curl_easy_strerror(code)))")
             }
         }
         let isHTTPS = request.url.lowercased().hasPrefix("https://")
         guard isHTTPS || request.url.lowercased().hasPrefix("http://") else {
-            throw .transport(code: Int(CURLE_UNSUPPORTED_PROTOCOL.rawValue), message: "only http and https URLs are supported")
+            throw .failed(code: Int(CURLE_UNSUPPORTED_PROTOCOL.rawValue), message: "only http and https URLs are supported")
         }
         try check(dbx_curl_setopt_ptr(h, CURLOPT_ERRORBUFFER, easy.errorBuffer), "CURLOPT_ERRORBUFFER")
         try check(dbx_curl_setopt_str(h, CURLOPT_URL, request.url), "CURLOPT_URL")
@@ -182,12 +182,12 @@ public final class CurlTransport: HTTPTransport {
             // A line break would let a value smuggle in headers. The message names the header,
             // never its value (which may be a token).
             guard Self.isHeaderSafe(name), !name.isEmpty, Self.isHeaderSafe(value) else {
-                throw .badInput("header \(Self.isHeaderSafe(name) ? name : "<invalid name>") contains a control character")
+                throw .invalidRequest("header \(Self.isHeaderSafe(name) ? name : "<invalid name>") contains a control character")
             }
             if name.lowercased() == "content-type" { hasContentType = true }
             // "Name;" is curl's spelling of a header with an empty value ("Name:" would remove it).
             guard headerList.append(value.isEmpty ? "\(name);" : "\(name): \(value)") else {
-                throw .transport(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "out of memory building headers")
+                throw .failed(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "out of memory building headers")
             }
         }
         // No `Expect: 100-continue` round trip; and for a POST without a type, no curl default
@@ -195,7 +195,7 @@ public final class CurlTransport: HTTPTransport {
         var removals = ["Expect:"]
         if request.method == .post && !hasContentType { removals.append("Content-Type:") }
         for line in removals where !headerList.append(line) {
-            throw .transport(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "out of memory building headers")
+            throw .failed(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "out of memory building headers")
         }
         try check(dbx_curl_setopt_slist(h, CURLOPT_HTTPHEADER, headerList.head), "CURLOPT_HTTPHEADER")
 

@@ -59,7 +59,7 @@ struct ContentHashCommand: ParsableCommand {
     }
 }
 
-/// Dropbox's content hash, fed in pieces of any size (DROPBOX_API.md §4).
+/// Dropbox's content hash, fed in pieces of any size (docs/dropbox-api.md §4).
 struct ContentHasher {
     private var overall = SHA256()
     private var block = SHA256()

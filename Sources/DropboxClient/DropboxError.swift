@@ -1,4 +1,4 @@
-// Errors keep the API's own taxonomy, as Dropbox's SDKs do (DROPBOX_API.md §3): the filesystem core
+// Errors keep the API's own taxonomy, as Dropbox's SDKs do (docs/dropbox-api.md §3): the filesystem core
 // decides what each means for a file operation, and the FUSE adapter maps that to errno.
 
 public enum DropboxError: Error, Sendable, Equatable {
@@ -39,6 +39,32 @@ extension DropboxError: CustomStringConvertible {
         case .unexpectedStatus(let status, let body): "unexpected HTTP \(status) from Dropbox: \(body.prefix(200))"
         case .transport(_, let message): "cannot reach Dropbox: \(message)"
         case .malformedResponse(let what): "malformed answer from Dropbox: \(what)"
+        }
+    }
+}
+
+extension DropboxError {
+    /// The one place a transport's failure becomes a Dropbox error. A request the transport would
+    /// not send is bad input, like a 400; everything else is `.transport`, which the retry policy
+    /// retries.
+    public init(_ error: HTTPTransportError) {
+        switch error {
+        case .failed(let code, let message): self = .transport(code: code, message: message)
+        case .invalidRequest(let message): self = .badInput(message)
+        // 23 is curl's CURLE_WRITE_ERROR, which a receiver's stop produces under libcurl.
+        case .aborted: self = .transport(code: 23, message: "transfer aborted by the receiver")
+        }
+    }
+}
+
+extension HTTPTransport {
+    /// One exchange, its failure in Dropbox terms (for the client's own callers of a transport).
+    func exchange(_ request: HTTPRequest, streamingTo receiver: HTTPBodyReceiver? = nil) throws(DropboxError) -> HTTPResponse {
+        do {
+            if let receiver { return try send(request, streamingTo: receiver) }
+            return try send(request)
+        } catch {
+            throw DropboxError(error)
         }
     }
 }

@@ -1,4 +1,4 @@
-// The three Dropbox hosts (DROPBOX_API.md §0): RPC on `api`, downloads on `content`, longpoll on
+// The three Dropbox hosts (docs/dropbox-api.md §0): RPC on `api`, downloads on `content`, longpoll on
 // `notify`. Tests and the demo point all three at the emulator, e.g. `http://127.0.0.1:8080`.
 
 public struct DropboxEndpoints: Sendable, Equatable {

@@ -19,7 +19,7 @@ public struct FilesystemUsage: Sendable {
     public var directReadBytes: UInt64 = 0
 }
 
-extension DropboxFS {
+extension DropboxFilesystem {
     /// Forgets every listing, so each folder is listed again when next used (with the kernel told
     /// of whatever changed), and tells the kernel to forget what it caches of every node. Nodes
     /// and their numbers stay: the kernel may hold them. For a tree Dropbox changed in a way the

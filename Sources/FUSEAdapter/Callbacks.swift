@@ -1,12 +1,17 @@
-// FUSE low-level callbacks. Each unpacks its C arguments, calls the DropboxFS core, and replies
+// FUSE low-level callbacks. Each unpacks its C arguments, calls the DropboxFilesystem core, and replies
 // exactly once through a `Reply`. They are static functions of an enum because libfuse calls them on
 // its worker threads: a closure defined in main.swift would be main-actor isolated and trap there.
 
 import CShims
 import DropboxFS
 
-enum Callbacks {
-    static func operations() -> fuse_lowlevel_ops {
+public enum Callbacks {
+    /// Read-ahead requests the kernel may have in flight on the mount: 16 readers' worth of whole
+    /// 4 MiB windows in 1 MiB requests (FUSE's ceiling is 65535). See `initialize`.
+    public static let maxBackgroundRequests: UInt32 = 64
+
+    /// The table libfuse calls, for `fuse_session_new`.
+    public static func operations() -> fuse_lowlevel_ops {
         var ops = fuse_lowlevel_ops()
         ops.`init` = { Callbacks.initialize($0, $1) }
         ops.lookup = { Callbacks.lookup($0, $1, $2) }
@@ -42,12 +47,12 @@ enum Callbacks {
         return ops
     }
 
-    private static func context(_ req: fuse_req_t) -> MountContext {
-        Unmanaged<MountContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+    private static func context(_ req: fuse_req_t) -> FUSEContext {
+        Unmanaged<FUSEContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
     }
 
     private static func initialize(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<fuse_conn_info>?) {
-        let context = Unmanaged<MountContext>.fromOpaque(userdata!).takeUnretainedValue()
+        let context = Unmanaged<FUSEContext>.fromOpaque(userdata!).takeUnretainedValue()
         if let conn, conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
             conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
         }
@@ -55,12 +60,12 @@ enum Callbacks {
             // The kernel's read-ahead requests are "background" requests. Past
             // `congestion_threshold` of them in flight (libfuse's default 9 of 12), it stops
             // reading ahead and drops the pages it had added to the page cache, so a few parallel
-            // readers with a 4 MiB read-ahead each (KernelReadahead) would keep dropping and
-            // re-adding their pages and fall back to one synchronous request per read.
-            conn.pointee.max_background = KernelReadahead.maxBackgroundRequests
-            conn.pointee.congestion_threshold = KernelReadahead.maxBackgroundRequests * 3 / 4
+            // readers with a 4 MiB read-ahead each (MountRuntime's KernelReadahead) would keep
+            // dropping and re-adding their pages and fall back to one synchronous request per read.
+            conn.pointee.max_background = maxBackgroundRequests
+            conn.pointee.congestion_threshold = maxBackgroundRequests * 3 / 4
         }
-        context.startBackgroundWork()
+        context.hooks.mountInitialized()
     }
 
     private static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
@@ -106,7 +111,7 @@ enum Callbacks {
         let mount = context(req!)
         switch Result(catching: { () throws(FSError) in try mount.filesystem.open(InodeNumber(inode)) }) {
         case .success(let opened):
-            mount.raiseKernelReadahead()
+            mount.hooks.fileOpened()
             info.pointee.fh = opened.handle.rawValue
             dbx_fi_set_keep_cache(info, opened.contentUnchanged ? 1 : 0)
             dbx_fi_set_direct_io(info, opened.kernelSizeMayBeStale ? 1 : 0)
@@ -231,7 +236,7 @@ enum Callbacks {
         switch Result(catching: { () throws(FSError) in
             try context(req!).filesystem.extendedAttribute(wanted, of: InodeNumber(inode))
         }) {
-        case .success(let value): answerAttributeRequest(reply, bytes: Array(value.utf8), size: size)
+        case .success(let value): answer(reply, AttributeAnswer(Array(value.utf8), bufferSize: size))
         case .failure(let error): reply.failure(error)
         }
     }
@@ -240,20 +245,23 @@ enum Callbacks {
         let reply = Reply(req!)
         switch Result(catching: { () throws(FSError) in try context(req!).filesystem.extendedAttributes(of: InodeNumber(inode)) }) {
         case .success(let attributes):
-            answerAttributeRequest(reply, bytes: attributes.flatMap { Array($0.name.utf8) + [0] }, size: size)
+            answer(reply, AttributeAnswer(attributes.flatMap { Array($0.name.utf8) + [0] }, bufferSize: size))
         case .failure(let error):
             reply.failure(error)
         }
     }
 
-    /// getxattr/listxattr protocol: size 0 asks for the length; a buffer too small is ERANGE.
-    private static func answerAttributeRequest(_ reply: consuming Reply, bytes: [UInt8], size: Int) {
-        if size == 0 { return reply.attributeSize(bytes.count) }
-        if size < bytes.count { return reply.error(ERANGE) }
-        reply.bytes(bytes)
+    private static func answer(_ reply: consuming Reply, _ answer: AttributeAnswer) {
+        switch answer {
+        case .size(let count): reply.attributeSize(count)
+        case .bytes(let bytes): reply.bytes(bytes)
+        case .failure(let error): reply.failure(error)
+        }
     }
 
     private static func access(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ mask: Int32) {
-        Reply(req!).error(mask & W_OK != 0 ? EROFS : 0)
+        let reply = Reply(req!)
+        if mask & W_OK != 0 { return reply.failure(.readOnly) }
+        reply.ok()
     }
 }

@@ -13,7 +13,8 @@ extension FSError {
         case .badHandle: EBADF
         case .noAttribute: ENODATA
         case .attributeNamespaceUnsupported: EOPNOTSUPP
-        case .changedSinceOpen: EIO
+        case .changedSinceOpen: ESTALE
+        case .bufferTooSmall: ERANGE
         case .upstream: EIO
         }
     }

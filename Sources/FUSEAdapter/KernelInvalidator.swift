@@ -6,8 +6,8 @@ import Foundation
 /// thread because libfuse forbids notifying from the execution path of a related request: a
 /// lookup that relists a folder would otherwise deadlock invalidating that folder's entries.
 /// The corresponding C functions are `fuse_lowlevel_notify_inval_entry` and `_inval_inode`.
-final class KernelInvalidator: @unchecked Sendable {
-    // `session` stays valid until `stop()` returns (FUSESession calls it before destroying the
+public final class KernelInvalidator: @unchecked Sendable {
+    // `session` stays valid until `stop()` returns (MountRuntime's MountSession calls it before destroying the
     // session); `pending`, `stopping` and `running` are only touched under `condition`.
     private let session: OpaquePointer
     private let condition = NSCondition()
@@ -15,9 +15,9 @@ final class KernelInvalidator: @unchecked Sendable {
     private var stopping = false
     private var running = false
 
-    init(session: OpaquePointer) { self.session = session }
+    public init(session: OpaquePointer) { self.session = session }
 
-    func start() {
+    public func start() {
         condition.lock()
         defer { condition.unlock() }
         guard !running, !stopping else { return }
@@ -27,7 +27,7 @@ final class KernelInvalidator: @unchecked Sendable {
         thread.start()
     }
 
-    func enqueue(_ invalidations: [KernelInvalidation]) {
+    public func enqueue(_ invalidations: [KernelInvalidation]) {
         condition.lock()
         if !stopping {
             pending.append(contentsOf: invalidations)
@@ -37,7 +37,7 @@ final class KernelInvalidator: @unchecked Sendable {
     }
 
     /// Stops the thread and waits for it, so no notification reaches a destroyed session.
-    func stop() {
+    public func stop() {
         condition.lock()
         stopping = true
         condition.broadcast()

@@ -12,11 +12,13 @@ struct Reply: ~Copyable {
     deinit { fuse_reply_err(request, EIO) }
 
     /// The corresponding C function is `fuse_reply_err`; 0 means success for requests with no data.
-    consuming func error(_ code: Int32) {
+    /// Private: every other errno goes through `failure`, so the table in `Errno.swift` is the only one.
+    private consuming func error(_ code: Int32) {
         fuse_reply_err(request, code)
         discard self
     }
 
+    /// An error answer; its errno comes from the one table (`Errno.swift`).
     consuming func failure(_ error: FSError) { self.error(error.errno) }
 
     consuming func ok() { self.error(0) }
@@ -133,4 +135,18 @@ func stat(_ attributes: NodeAttributes) -> stat {
     st.st_ctim = time
     st.st_atim = time
     return st
+}
+
+/// The getxattr/listxattr protocol: a size of 0 asks how long the answer is; a buffer too small
+/// for it is ERANGE.
+enum AttributeAnswer: Equatable {
+    case size(Int)
+    case bytes([UInt8])
+    case failure(FSError)
+
+    init(_ bytes: [UInt8], bufferSize: Int) {
+        if bufferSize == 0 { self = .size(bytes.count) }
+        else if bufferSize < bytes.count { self = .failure(.bufferTooSmall) }
+        else { self = .bytes(bytes) }
+    }
 }

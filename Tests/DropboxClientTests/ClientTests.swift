@@ -2,6 +2,7 @@
 // and when it retries.
 
 @testable import DropboxClient
+import TestSupport
 import Testing
 
 @Suite("DropboxHTTPClient requests")
@@ -201,9 +202,9 @@ struct RetryTests {
     }
 
     @Test func transportErrorsAreRetried() throws {
-        let fake = FakeTransport { _, i throws(DropboxError) in
-            if i == 0 { throw .transport(code: 7, message: "connection refused") }
-            if i == 1 { throw .transport(code: 18, message: "partial file") }
+        let fake = FakeTransport { _, i throws(HTTPTransportError) in
+            if i == 0 { throw .failed(code: 7, message: "connection refused") }
+            if i == 1 { throw .failed(code: 18, message: "partial file") }
             return response(#"{"cursor":"ok"}"#)
         }
         #expect(try makeClient(fake).latestCursor(path: "", recursive: false) == "ok")
@@ -211,7 +212,7 @@ struct RetryTests {
     }
 
     @Test func givesUpAfterMaxAttempts() {
-        let fake = FakeTransport { _, _ throws(DropboxError) in throw .transport(code: 28, message: "timeout") }
+        let fake = FakeTransport { _, _ throws(HTTPTransportError) in throw .failed(code: 28, message: "timeout") }
         #expect(thrown { () throws(DropboxError) in try makeClient(fake).spaceUsage() }
                 == .transport(code: 28, message: "timeout"))
         #expect(fake.requests.count == 4)
@@ -435,8 +436,8 @@ struct DownloadTests {
     }
 
     @Test func truncatedDownloadIsRetried() throws {
-        let fake = FakeTransport { r, i throws(DropboxError) in
-            if i == 0 { throw .transport(code: 18, message: "transfer closed with 5 bytes remaining to read") }
+        let fake = FakeTransport { r, i throws(HTTPTransportError) in
+            if i == 0 { throw .failed(code: 18, message: "transfer closed with 5 bytes remaining to read") }
             return try Self.rangeServer().send(r)
         }
         #expect(try makeClient(fake).download(path: "/f", range: 0..<10) == Array(Self.file[..<10]))

@@ -4,6 +4,7 @@ import CurlTransport
 @testable import DropboxClient
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @Suite("CurlTransport")
@@ -89,8 +90,8 @@ struct CurlTransportTests {
             .init(bytes: RawHTTPServer.http(200, Array("0123456789".utf8), contentLength: 100), close: true)
         }
         defer { server.stop() }
-        let error = thrown { () throws(DropboxError) in try transport.send(HTTPRequest(method: .get, url: server.baseURL)) }
-        guard case .transport(let code, _)? = error else { Issue.record("\(String(describing: error))"); return }
+        let error = thrown { () throws(HTTPTransportError) in try transport.send(HTTPRequest(method: .get, url: server.baseURL)) }
+        guard case .failed(let code, _)? = error else { Issue.record("\(String(describing: error))"); return }
         #expect(code == 18)  // CURLE_PARTIAL_FILE
     }
 
@@ -99,10 +100,10 @@ struct CurlTransportTests {
             .init(bytes: RawHTTPServer.http(200, [UInt8](repeating: 65, count: 5000)))
         }
         defer { server.stop() }
-        let error = thrown { () throws(DropboxError) in
+        let error = thrown { () throws(HTTPTransportError) in
             try transport.send(HTTPRequest(method: .get, url: server.baseURL, maxResponseBytes: 1000))
         }
-        guard case .transport(_, let message)? = error else { Issue.record("\(String(describing: error))"); return }
+        guard case .failed(_, let message)? = error else { Issue.record("\(String(describing: error))"); return }
         #expect(message.contains("1000-byte limit"))
         // Exactly at the limit is fine.
         #expect(try transport.send(HTTPRequest(method: .get, url: server.baseURL, maxResponseBytes: 5000)).body.count == 5000)
@@ -116,10 +117,10 @@ struct CurlTransportTests {
             return .init(bytes: Array(text.utf8), close: true)
         }
         defer { server.stop() }
-        let error = thrown { () throws(DropboxError) in
+        let error = thrown { () throws(HTTPTransportError) in
             try transport.send(HTTPRequest(method: .get, url: server.baseURL, maxResponseBytes: 10_000))
         }
-        guard case .transport(let code, let message)? = error else { Issue.record("\(String(describing: error))"); return }
+        guard case .failed(let code, let message)? = error else { Issue.record("\(String(describing: error))"); return }
         #expect(code == 23)  // CURLE_WRITE_ERROR
         #expect(message.contains("limit"))
         #expect(try transport.send(HTTPRequest(method: .get, url: server.baseURL)).body.count == 102_400)
@@ -131,18 +132,18 @@ struct CurlTransportTests {
             return .init(bytes: RawHTTPServer.http(200, [], headers: headers), close: true)
         }
         defer { server.stop() }
-        let error = thrown { () throws(DropboxError) in try transport.send(HTTPRequest(method: .get, url: server.baseURL)) }
-        guard case .transport? = error else { Issue.record("\(String(describing: error))"); return }
+        let error = thrown { () throws(HTTPTransportError) in try transport.send(HTTPRequest(method: .get, url: server.baseURL)) }
+        guard case .failed? = error else { Issue.record("\(String(describing: error))"); return }
     }
 
     @Test func stalledServerTimesOut() throws {
         let server = try RawHTTPServer { _, _ in .init(bytes: RawHTTPServer.http(200, []), delay: 3) }
         defer { server.stop() }
         let start = ContinuousClock.now
-        let error = thrown { () throws(DropboxError) in
+        let error = thrown { () throws(HTTPTransportError) in
             try transport.send(HTTPRequest(method: .get, url: server.baseURL, timeout: 0.5))
         }
-        guard case .transport(let code, _)? = error else { Issue.record("\(String(describing: error))"); return }
+        guard case .failed(let code, _)? = error else { Issue.record("\(String(describing: error))"); return }
         #expect(code == 28)  // CURLE_OPERATION_TIMEDOUT
         #expect(ContinuousClock.now - start < .seconds(2.5))
     }
@@ -151,28 +152,28 @@ struct CurlTransportTests {
         let server = try RawHTTPServer { _, _ in .init(bytes: []) }
         let url = server.baseURL
         server.stop()
-        let error = thrown { () throws(DropboxError) in try transport.send(HTTPRequest(method: .get, url: url)) }
-        guard case .transport(let code, _)? = error else { Issue.record("\(String(describing: error))"); return }
+        let error = thrown { () throws(HTTPTransportError) in try transport.send(HTTPRequest(method: .get, url: url)) }
+        guard case .failed(let code, _)? = error else { Issue.record("\(String(describing: error))"); return }
         #expect(code == 7)  // CURLE_COULDNT_CONNECT
     }
 
     @Test func tlsToAPlainServerFails() throws {
         let server = try RawHTTPServer { _, _ in .init(bytes: RawHTTPServer.http(200, Array("plain".utf8)), close: true) }
         defer { server.stop() }
-        let error = thrown { () throws(DropboxError) in
+        let error = thrown { () throws(HTTPTransportError) in
             try transport.send(HTTPRequest(method: .get, url: "https://127.0.0.1:\(server.port)/", timeout: 5))
         }
-        guard case .transport? = error else { Issue.record("\(String(describing: error))"); return }
+        guard case .failed? = error else { Issue.record("\(String(describing: error))"); return }
     }
 
     @Test func rejectsOtherSchemesAndHeaderInjection() {
-        #expect({ if case .transport? = thrown({ () throws(DropboxError) in
+        #expect({ if case .failed? = thrown({ () throws(HTTPTransportError) in
             try transport.send(HTTPRequest(method: .get, url: "file:///etc/passwd")) }) { true } else { false } }())
-        let error = thrown { () throws(DropboxError) in
+        let error = thrown { () throws(HTTPTransportError) in
             try transport.send(HTTPRequest(method: .get, url: "http://127.0.0.1:9/",
                                            headers: [("Authorization", "Bearer secret\r\nX-Evil: 1")]))
         }
-        guard case .badInput(let message)? = error else { Issue.record("\(String(describing: error))"); return }
+        guard case .invalidRequest(let message)? = error else { Issue.record("\(String(describing: error))"); return }
         #expect(!message.contains("secret"))
     }
 
@@ -184,7 +185,7 @@ struct CurlTransportTests {
         defer { server.stop() }
         let token = "sl.VERY-SECRET-TOKEN"
         for (target, timeout) in [(url, 5.0), ("http://127.0.0.1:1/", 5.0), ("https://127.0.0.1:\(server.port)/", 5.0)] {
-            let error = thrown { () throws(DropboxError) in
+            let error = thrown { () throws(HTTPTransportError) in
                 try transport.send(HTTPRequest(method: .get, url: target, headers: [("Authorization", "Bearer \(token)")],
                                                timeout: timeout))
             }

@@ -1,4 +1,5 @@
 @testable import DropboxClient
+import TestSupport
 import Testing
 
 @Suite("Decoding Dropbox answers")

@@ -5,6 +5,7 @@ import DropboxClient
 import DropboxEmulator
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// An emulator serving a fresh temporary directory, and a client wired to it.

@@ -1,6 +1,7 @@
 // files/export against the emulator: its *.paper files cannot be downloaded, only exported.
 
 import DropboxClient
+import TestSupport
 import Testing
 
 @Suite struct ExportTests {

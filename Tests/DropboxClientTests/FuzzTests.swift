@@ -8,22 +8,10 @@
 import Testing
 @testable import DropboxClient
 import Synchronization
-
-/// SplitMix64: small, seedable, the same sequence on every platform.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+import TestSupport
 
 private struct Mutator {
-    var rng: SeededRandom
+    var rng: SeededGenerator
 
     mutating func int(_ range: Range<Int>) -> Int { Int.random(in: range, using: &rng) }
     mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
@@ -127,7 +115,7 @@ private final class Scripted: Sendable {
 @Suite("Fuzzing the response decoders")
 struct DecoderFuzzTests {
     @Test func hostileAnswersFailWithTypedErrorsOrDecode() {
-        var m = Mutator(rng: SeededRandom(seed: 0x8_D8))
+        var m = Mutator(rng: SeededGenerator(seed: 0x8_D8))
         let clock = ContinuousClock()
         let start = clock.now
         var cases = 0, decoded = 0, failed = 0
@@ -180,7 +168,7 @@ struct DecoderFuzzTests {
     }
 
     @Test func decodeFunctionsSurviveRawNoise() {
-        var m = Mutator(rng: SeededRandom(seed: 42))
+        var m = Mutator(rng: SeededGenerator(seed: 42))
         let clock = ContinuousClock()
         let start = clock.now
         var cases = 0

@@ -8,35 +8,11 @@ import DropboxEmulator
 import Foundation
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 
 private let appKey = "test-app-key"
 private let refreshToken = "R3fresh-SECRET-refresh-token"
-
-/// Records log lines, so a test can count them and look for tokens in them.
-final class LogRecorder: Sendable {
-    private let lines = Mutex<[(Logger.Level, String)]>([])
-    var recorded: [(Logger.Level, String)] { lines.withLock { $0 } }
-
-    var logger: Logger {
-        Logger(label: "test") { _ in Handler(recorder: self) }
-    }
-
-    struct Handler: LogHandler {
-        let recorder: LogRecorder
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
-                 file: String, function: String, line: UInt) {
-            let text = "\(message) \(metadata ?? [:])"
-            recorder.lines.withLock { $0.append((level, text)) }
-        }
-    }
-}
 
 /// An emulator that grants access tokens living `lifetime`, and a client whose tokens come from a
 /// `RefreshingAccessToken` on the emulator's refresh token.
@@ -54,7 +30,7 @@ private final class RefreshFixture: Sendable {
             c.accessTokenLifetime = lifetime
         }
         provider = RefreshingAccessToken(refreshToken: refresh, endpoint: emulator.endpoint, initial: initial,
-                                         retryPolicy: .fast, logger: log.logger)
+                                         retryPolicy: .fast, logger: log.logger())
         client = DropboxHTTPClient(endpoints: DropboxEndpoints(baseURL: emulator.server.baseURL), tokens: provider,
                                    transport: emulator.transport, retryPolicy: .fast)
     }
@@ -198,8 +174,8 @@ struct RefreshingAccessTokenTests {
         // Refused once, then remembered: no second call to the token endpoint. Never having worked,
         // the refusal is the caller's to report: no log line.
         #expect(try f.emulator.requests("oauth2/token") == 1)
-        #expect(f.log.recorded.filter { $0.0 >= .error }.isEmpty)
-        #expect(!f.log.recorded.contains { $0.1.contains("SECRET") })
+        #expect(f.log.at(.error).isEmpty)
+        #expect(!f.log.lines.contains { $0.text.contains("SECRET") })
     }
 
     @Test func revokedRefreshTokenFailsWithAuthAndLogsOnce() throws {
@@ -215,10 +191,10 @@ struct RefreshingAccessTokenTests {
         }
         #expect(tag == "invalid_grant")
         for _ in 0..<5 { _ = thrown { () throws(DropboxError) -> Account in try f.client.currentAccount() } }
-        let errors = f.log.recorded.filter { $0.0 >= .error }
+        let errors = f.log.at(.error)
         #expect(errors.count == 1)
-        #expect(errors.first?.1.contains("invalid_grant") == true)
-        #expect(!f.log.recorded.contains { $0.1.contains(refreshToken) || $0.1.contains(access) })
+        #expect(errors.first?.text.contains("invalid_grant") == true)
+        #expect(!f.log.lines.contains { $0.text.contains(refreshToken) || $0.text.contains(access) })
     }
 
     @Test func descriptionsNeverShowATokenAndReflectionHasNoChildren() throws {
@@ -243,7 +219,7 @@ struct RefreshingAccessTokenFakeTests {
     }
 
     @Test func refreshRequestIsFormEncodedWithoutSecret() throws {
-        let transport = FakeTransport { _, _ throws(DropboxError) in
+        let transport = FakeTransport { _, _ throws(HTTPTransportError) in
             response(#"{"access_token":"sl.A","token_type":"bearer","expires_in":14400}"#)
         }
         let provider = RefreshingAccessToken(refreshToken: "r+/=", endpoint: endpoint(transport), retryPolicy: .fast)
@@ -258,7 +234,7 @@ struct RefreshingAccessTokenFakeTests {
     @Test func transientFailuresAreRetried() throws {
         let transport = FakeTransport(script: [
             .success(response(503, "busy")),
-            .failure(.transport(code: 7, message: "refused")),
+            .failure(.failed(code: 7, message: "refused")),
             .success(response(#"{"access_token":"sl.B","expires_in":100}"#)),
         ])
         let provider = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), retryPolicy: .fast)
@@ -268,7 +244,7 @@ struct RefreshingAccessTokenFakeTests {
 
     @Test func oldTokenServesWhileRefreshFailsTransiently() throws {
         // The proactive refresh (a quarter-life before expiry) fails; the old token is still good.
-        let transport = FakeTransport { _, _ throws(DropboxError) in response(500, "down") }
+        let transport = FakeTransport { _, _ throws(HTTPTransportError) in response(500, "down") }
         let provider = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), initial: ("sl.old", 0),
                                              retryPolicy: .never)
         // Lifetime 0: expired at once, so with no usable token the failure surfaces.
@@ -288,7 +264,7 @@ struct RefreshingAccessTokenFakeTests {
     @Test func waitersShareAFailedRefresh() throws {
         // Dropbox is down and slow: everyone waiting for the one refresh gets its error, instead of
         // each leading another attempt in turn.
-        let transport = FakeTransport { _, _ throws(DropboxError) in
+        let transport = FakeTransport { _, _ throws(HTTPTransportError) in
             Thread.sleep(forTimeInterval: 0.3)
             return response(503, "down")
         }
@@ -303,7 +279,7 @@ struct RefreshingAccessTokenFakeTests {
     }
 
     @Test func refusedGrantIsAnAuthErrorWithTheTokenCutOut() throws {
-        let transport = FakeTransport { _, _ throws(DropboxError) in
+        let transport = FakeTransport { _, _ throws(HTTPTransportError) in
             response(400, #"{"error":"invalid_grant","error_description":"token r-SECRET is revoked"}"#)
         }
         let provider = RefreshingAccessToken(refreshToken: "r-SECRET", endpoint: endpoint(transport), retryPolicy: .fast)

@@ -6,6 +6,7 @@
 @testable import DropboxClient
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// Collects what a streamed download hands on.

@@ -1,30 +1,9 @@
-// Test doubles: an in-memory `HTTPTransport`, a refreshing token provider, and a recorder for the
-// retry policy's waits.
+// Test doubles of this target: a refreshing token provider, a recorder for the retry policy's
+// waits, canned answers. The fake transport is TestSupport's.
 
 @testable import DropboxClient
+import TestSupport
 import Synchronization
-
-/// Answers each request with `handler` and records every request it saw.
-final class FakeTransport: HTTPTransport {
-    typealias Handler = @Sendable (HTTPRequest, Int) throws(DropboxError) -> HTTPResponse
-    private let handler: Handler
-    private let recorded = Mutex<[HTTPRequest]>([])
-
-    /// `handler` gets the request and its 0-based index.
-    init(_ handler: @escaping Handler) { self.handler = handler }
-
-    /// Answers the scripted results in order; the last one repeats.
-    convenience init(script: [Result<HTTPResponse, DropboxError>]) {
-        self.init { _, i throws(DropboxError) in try script[min(i, script.count - 1)].get() }
-    }
-
-    var requests: [HTTPRequest] { recorded.withLock { $0 } }
-
-    func send(_ request: HTTPRequest) throws(DropboxError) -> HTTPResponse {
-        let index = recorded.withLock { r in r.append(request); return r.count - 1 }
-        return try handler(request, index)
-    }
-}
 
 extension HTTPRequest {
     func header(_ name: String) -> String? {
@@ -67,8 +46,8 @@ func makeClient(_ transport: FakeTransport, sleeps: SleepRecorder = SleepRecorde
                       pathRoot: pathRoot, retryPolicy: sleeps.policy)
 }
 
-/// Runs `body` and returns the `DropboxError` it threw, or nil.
-func thrown<T>(_ body: () throws(DropboxError) -> T) -> DropboxError? {
+/// Runs `body` and returns the error it threw, or nil.
+func thrown<T, E: Error>(_ body: () throws(E) -> T) -> E? {
     do {
         _ = try body()
         return nil

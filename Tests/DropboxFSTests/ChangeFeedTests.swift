@@ -2,6 +2,7 @@ import DropboxClient
 @testable import DropboxFS
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// Collects what the core asks the kernel to forget.
@@ -18,18 +19,18 @@ struct ChangeFeedTests {
     let invalidations = Recorder()
 
     func makeFS(_ options: FilesystemOptions = FilesystemOptions(metadataTTL: .seconds(60)),
-                store: (any MetadataStore)? = nil, api: FakeDropbox? = nil) -> DropboxFS {
-        let fs = DropboxFS(api: api ?? dropbox, options: options, folderModified: 0, now: clock.now, store: store)
+                store: (any MetadataStore)? = nil, api: FakeDropbox? = nil) -> DropboxFilesystem {
+        let fs = DropboxFilesystem(api: api ?? dropbox, options: options, folderModified: 0, now: clock.now, store: store)
         fs.onInvalidation { [invalidations] batch in invalidations.withLock { $0.append(contentsOf: batch) } }
         return fs
     }
 
-    func startLive(_ fs: DropboxFS) throws {
+    func startLive(_ fs: DropboxFilesystem) throws {
         fs.startChangeFeed()
         #expect(eventually { fs.isFeedLive }, "the fill finishes and the feed goes live")
     }
 
-    func resolve(_ fs: DropboxFS, _ path: String) throws -> NodeAttributes {
+    func resolve(_ fs: DropboxFilesystem, _ path: String) throws -> NodeAttributes {
         var attributes = try fs.attributes(of: .root)
         for name in path.split(separator: "/") {
             attributes = try fs.lookup(parent: attributes.inode, name: String(name))
@@ -37,7 +38,7 @@ struct ChangeFeedTests {
         return attributes
     }
 
-    func names(_ fs: DropboxFS, _ folder: InodeNumber) throws -> [String] {
+    func names(_ fs: DropboxFilesystem, _ folder: InodeNumber) throws -> [String] {
         let handle = try fs.openDirectory(folder)
         defer { fs.releaseDirectory(handle) }
         return try fs.readDirectory(handle, from: 2).map(\.name)

@@ -2,6 +2,7 @@ import DropboxClient
 @testable import DropboxFS
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @Suite("DropboxFS core against an in-memory Dropbox")
@@ -9,11 +10,11 @@ struct DropboxFSTests {
     let dropbox = FakeDropbox(pageSize: 100)
     let clock = ManualClock()
 
-    func makeFS(_ options: FilesystemOptions = FilesystemOptions(uid: 1000, gid: 1000)) -> DropboxFS {
-        DropboxFS(api: dropbox, options: options, folderModified: 1_600_000_000, now: clock.now)
+    func makeFS(_ options: FilesystemOptions = FilesystemOptions(uid: 1000, gid: 1000)) -> DropboxFilesystem {
+        DropboxFilesystem(api: dropbox, options: options, folderModified: 1_600_000_000, now: clock.now)
     }
 
-    func path(_ fs: DropboxFS, _ components: String...) throws -> NodeAttributes {
+    func path(_ fs: DropboxFilesystem, _ components: String...) throws -> NodeAttributes {
         var inode = InodeNumber.root
         var attributes = try fs.attributes(of: .root)
         for name in components {
@@ -23,7 +24,7 @@ struct DropboxFSTests {
         return attributes
     }
 
-    func names(_ fs: DropboxFS, _ folder: InodeNumber) throws -> [String] {
+    func names(_ fs: DropboxFilesystem, _ folder: InodeNumber) throws -> [String] {
         let handle = try fs.openDirectory(folder)
         defer { fs.releaseDirectory(handle) }
         return try fs.readDirectory(handle, from: 0).map(\.name)
@@ -75,7 +76,7 @@ struct DropboxFSTests {
             .file(FileMetadata(name: "f\(i)", id: "id:\(i)", pathLower: "/f\(i)", pathDisplay: "/f\(i)",
                                clientModified: 0, serverModified: 0, rev: "abcdef0123", size: UInt64(i)))
         })
-        let fs = DropboxFS(api: wide, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        let fs = DropboxFilesystem(api: wide, options: FilesystemOptions(), folderModified: 0, now: clock.now)
         let handle = try fs.openDirectory(.root)
         var seen = 0
         var offset = 0
@@ -158,7 +159,7 @@ struct DropboxFSTests {
             release.wait()
         })
         for i in 0..<5 { gated.addFile("/f\(i)", [UInt8(i)]) }
-        let fs = DropboxFS(api: gated, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        let fs = DropboxFilesystem(api: gated, options: FilesystemOptions(), folderModified: 0, now: clock.now)
         let results = Mutex<[Result<UInt64, FSError>]>([])
         let group = DispatchGroup()
         for i in 0..<8 {

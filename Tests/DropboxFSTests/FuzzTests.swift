@@ -7,6 +7,7 @@
 import DropboxClient
 @testable import DropboxFS
 import Foundation
+import TestSupport
 import Testing
 
 /// What should be visible: lowercased path -> (display name, size or nil for a folder).
@@ -25,20 +26,18 @@ private struct Model {
     }
 }
 
-/// The read engine tests' generator, as a `RandomNumberGenerator`.
-extension SplitMix: RandomNumberGenerator {}
 
 @Suite("Fuzzing listing application")
 struct ListingFuzzTests {
     @Test func randomJournalsMatchTheModel() throws {
         let dropbox = FakeDropbox(pageSize: 50)
-        let fs = DropboxFS(api: dropbox, options: FilesystemOptions(metadataTTL: .seconds(60)), folderModified: 0,
+        let fs = DropboxFilesystem(api: dropbox, options: FilesystemOptions(metadataTTL: .seconds(60)), folderModified: 0,
                            now: { 0 })
         fs.startChangeFeed()
         defer { fs.stopChangeFeed() }
         #expect(eventually { fs.isFeedLive })
 
-        var rng = SplitMix(seed: 0x8F5)
+        var rng = SeededGenerator(seed: 0x8F5)
         var model = Model()
         let plain = ["a", "B", "c.txt", "Dup", "dup", "DUP", "é", "Ä.bin", "space name", "x"]
         let hostile = [".", "..", "", "a/b", "nul\0x", String(repeating: "L", count: 256), String(repeating: "é", count: 128)]
@@ -109,7 +108,7 @@ struct ListingFuzzTests {
     }
 
     /// Every visible node, lowercased path -> "name:size" or "name:dir".
-    private func visible(_ fs: DropboxFS) throws -> [String: String] {
+    private func visible(_ fs: DropboxFilesystem) throws -> [String: String] {
         var out: [String: String] = [:]
         var pending: [(InodeNumber, String)] = [(.root, "")]
         while let (inode, path) = pending.popLast() {

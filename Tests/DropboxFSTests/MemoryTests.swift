@@ -1,6 +1,7 @@
 import DropboxClient
 @testable import DropboxFS
 import Foundation
+import TestSupport
 import Testing
 
 /// Issue 5's memory figure: resident bytes per cached entry at a million entries, measured in this
@@ -20,7 +21,7 @@ struct MemoryTests {
     @Test(.enabled(if: entries > 0))
     func residentBytesPerEntry() {
         let count = Self.entries
-        let fs = DropboxFS(api: FakeDropbox(), options: FilesystemOptions(), folderModified: 0)
+        let fs = DropboxFilesystem(api: FakeDropbox(), options: FilesystemOptions(), folderModified: 0)
         let before = Self.residentBytes()
         // Batches of 2000, as list_folder pages arrive: a folder entry, then its 99 files.
         var made = 0

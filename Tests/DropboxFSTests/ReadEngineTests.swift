@@ -2,6 +2,7 @@ import DropboxClient
 @testable import DropboxFS
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// The read engine (issue 6): read-ahead, one memory budget, resuming parts, the block cache.
@@ -25,17 +26,17 @@ struct ReadEngineTests {
         return bytes
     }
 
-    func makeFS(_ readAhead: ReadAheadOptions = ReadAheadOptions(), ttl: Int = 60, api: FakeDropbox? = nil) -> DropboxFS {
+    func makeFS(_ readAhead: ReadAheadOptions = ReadAheadOptions(), ttl: Int = 60, api: FakeDropbox? = nil) -> DropboxFilesystem {
         var options = FilesystemOptions(metadataTTL: .seconds(ttl))
         options.readAhead = readAhead
-        return DropboxFS(api: api ?? dropbox, options: options, folderModified: 0, now: clock.now)
+        return DropboxFilesystem(api: api ?? dropbox, options: options, folderModified: 0, now: clock.now)
     }
 
-    func open(_ fs: DropboxFS, _ name: String) throws -> FileHandleID {
+    func open(_ fs: DropboxFilesystem, _ name: String) throws -> FileHandleID {
         try fs.open(try fs.lookup(parent: .root, name: name).inode).handle
     }
 
-    func readAll(_ fs: DropboxFS, _ handle: FileHandleID, size: Int, chunk: Int = 128 << 10) throws -> [UInt8] {
+    func readAll(_ fs: DropboxFilesystem, _ handle: FileHandleID, size: Int, chunk: Int = 128 << 10) throws -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(size)
         var offset = 0
@@ -150,7 +151,7 @@ struct ReadEngineTests {
         dropbox.addFile("/big.bin", content)
         let fs = makeFS()
         let handle = try open(fs, "big.bin")
-        var generator = SplitMix(seed: 42)
+        var generator = SeededGenerator(seed: 42)
         var returned = 0
         for _ in 0..<300 {
             let offset = Int(generator.next() % UInt64(content.count / 4096)) * 4096
@@ -283,18 +284,5 @@ struct ReadEngineTests {
         let again = try open(fs, "b.bin")
         #expect(try readAll(fs, again, size: b.count) == b)
         #expect(dropbox.counters.download == downloads)
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so random offsets are the same every run.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

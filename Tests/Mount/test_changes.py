@@ -1,4 +1,5 @@
 """issue 5: changes made on the server reach a live mount through the change feed."""
+import errno
 import os
 import subprocess
 import threading
@@ -93,6 +94,20 @@ def test_a_reader_never_mixes_sizes_and_bytes(live):
     for t in threads:
         t.join(timeout=60)
     assert problems == []
+
+
+def test_a_handle_whose_file_changed_fails_with_estale_and_a_new_open_reads_the_new_content(live):
+    served, mnt = live
+    time.sleep(0.5)   # let the recursive listing finish and the feed go live
+    with open(mnt / "docs" / "a.txt", "rb", buffering=0) as old:
+        assert old.read(5) == b"first"
+        (served / "docs" / "a.txt").write_bytes(b"replaced while open\n")
+        assert wait_for(lambda: os.stat(mnt / "docs" / "a.txt").st_size == 20, 2), "the feed reports the new rev"
+        # The open handle is pinned to the old rev: its next read is stale, never a mix of the two.
+        with pytest.raises(OSError) as stale:
+            os.pread(old.fileno(), 64, 0)
+        assert stale.value.errno == errno.ESTALE
+    assert (mnt / "docs" / "a.txt").read_bytes() == b"replaced while open\n"
 
 
 def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):

@@ -101,7 +101,7 @@ def test_fstab_words_and_rw_are_accepted_and_unknown_options_refused(emulator, t
 def test_every_long_option_has_an_o_form():
     """fstab can say everything the command line can: each --option of `mount --help` has an -o form."""
     help_text = subprocess.run([str(DBX_MOUNT), "mount", "--help"], capture_output=True, text=True).stdout
-    source = (REPO / "Sources" / "DBXMount" / "MountOptionList.swift").read_text()
+    source = (REPO / "Sources" / "DBXMount" / "Mount" / "MountOptionList.swift").read_text()
     flags = {word.strip("-,") for word in help_text.split() if word.startswith("--")} - {"help", "version"}
     singles = {"-f": "foreground", "-d": "debug"}
     missing = [f for f in flags if f'"{f.replace("-", "_")}"' not in source]
@@ -347,7 +347,7 @@ def test_content_hash_agrees_with_getfattr_for_local_copies(served, shared_mount
 
 
 def test_content_hash_vectors(tmp_path):
-    """DROPBOX_API.md §4; the empty file hashes to SHA-256 of nothing."""
+    """docs/dropbox-api.md §4; the empty file hashes to SHA-256 of nothing."""
     vectors = {
         b"": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
         b"a": "bf5d3affb73efd2ec6c36ad3112dd933efed63c4e1cbffcfa88e2759c144f2d8",
@@ -395,7 +395,7 @@ def test_man_page_and_readme_cover_every_option_of_help():
     help_text = subprocess.run([str(DBX_MOUNT), "mount", "--help"], capture_output=True, text=True).stdout
     flags = {word.strip(",") for word in help_text.split() if word.startswith("--")} - {"--help", "--version"}
     assert flags and not [f for f in flags if f not in man or f not in readme]
-    source = (REPO / "Sources" / "DBXMount" / "MountOptionList.swift").read_text()
+    source = (REPO / "Sources" / "DBXMount" / "Mount" / "MountOptionList.swift").read_text()
     settings = source.split("settingNames: Set<String> = [", 1)[1].split("]", 1)[0]
     names = [n.strip().strip('"') for n in settings.replace("\n", " ").split(",") if n.strip()]
     assert names and not [n for n in names if n not in man or n not in readme]

@@ -26,6 +26,8 @@ final class BlockCache: Sendable {
     let capacity: UInt64
     private let logger: Logger
     private let index = Mutex<Index?>(nil)
+    /// An NSLock, not a Mutex: it is held across the directory scan (blocking I/O), and Mutexes here
+    /// guard only short critical sections.
     private let loading = NSLock()
 
     private struct Index {

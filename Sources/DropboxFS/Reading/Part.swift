@@ -130,26 +130,3 @@ final class Part: @unchecked Sendable {
         }
     }
 }
-
-/// Bytes of a file handed to the FUSE adapter without copying: slices of the engine's buffers,
-/// kept alive as long as this value is.
-public struct FileBytes: Sendable {
-    let pieces: [(part: Part, offsets: Range<Int>)]
-
-    static let empty = FileBytes(pieces: [])
-
-    public var count: Int { pieces.reduce(0) { $0 + $1.offsets.count } }
-
-    /// Calls `body` with the bytes as one or more slices, valid only during the call.
-    public func withSlices<R>(_ body: ([UnsafeRawBufferPointer]) throws -> R) rethrows -> R {
-        try withExtendedLifetime(pieces) { try body(pieces.map { $0.part.bytes($0.offsets) }) }
-    }
-
-    /// The bytes as one array (a copy).
-    public var array: [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(count)
-        withSlices { slices in for slice in slices { out.append(contentsOf: slice) } }
-        return out
-    }
-}

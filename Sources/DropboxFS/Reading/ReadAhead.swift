@@ -323,8 +323,8 @@ final class ReadEngine: Sendable {
                 // still complete, and still worth keeping in the block cache.
                 if part.isCancelled && part.filledCount < part.length { return }
                 if start + got < end {
-                    logger.warning("download ended before the file's size", metadata: [
-                        "rev": "\(file.rev)", "at": "\(start + got)", "size": "\(file.size)"])
+                    // Not logged here: the reader that waits for these bytes gets this error, and
+                    // its operation's boundary logs it (FailureReport.swift).
                     return part.fail(.upstream(.malformedResponse("rev \(file.rev) ended at byte \(start + got) of \(file.size)")))
                 }
                 stalls = 0
@@ -332,7 +332,6 @@ final class ReadEngine: Sendable {
                 if part.isCancelled { return }
                 stalls = part.filledCount > done ? 0 : stalls + 1
                 guard error.isTransient, stalls < 2 else {
-                    logger.warning("read failed", metadata: ["rev": "\(file.rev)", "error": "\(error)"])
                     // The rev is gone only if the file changed after open; that is a failed read, not ENOENT.
                     return part.fail(error.isRoute("path") ? .upstream(error) : FSError(error))
                 }

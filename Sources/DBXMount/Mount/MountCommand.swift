@@ -1,0 +1,257 @@
+import ArgumentParser
+import CurlTransport
+import DropboxClient
+import DropboxFS
+import Foundation
+import Logging
+import MetadataCache
+import MountRuntime
+
+/// `dbx-mount [mount] [OPTIONS] [SOURCE] MOUNTPOINT`: the default subcommand, so mount.fuse3 and
+/// fstab keep calling `dbx-mount SOURCE MOUNTPOINT -o ...` unchanged.
+struct MountCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mount",
+        abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem (the default).",
+        discussion: """
+            SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
+
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
+
+            Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
+            """
+    )
+
+    @Argument(help: ArgumentHelp("[SOURCE] MOUNTPOINT: the Dropbox folder to show (default: the whole account) and where.",
+                                 valueName: "source-and-mountpoint"))
+    var locations: [String] = []
+
+    @Flag(name: .customShort("f"), help: "Stay in the foreground instead of daemonizing.")
+    var foreground = false
+
+    @Flag(name: .customShort("d"), help: "Debug output: trace every FUSE request and Dropbox call (implies -f).")
+    var debug = false
+
+    @Option(name: .customShort("o"), help: ArgumentHelp("Mount options, comma-separated (see below).", valueName: "opt,..."))
+    var mountOptions: [String] = []
+
+    @Option(help: ArgumentHelp("Read the access token from this file (default: $DBX_ACCESS_TOKEN).", valueName: "path"))
+    var tokenFile: String?
+
+    @Option(help: ArgumentHelp("Mount this signed-in account (see dbx-mount auth; default: the config's default).", valueName: "name"))
+    var account: String?
+
+    @Option(help: ArgumentHelp("The accounts config (default: $XDG_CONFIG_HOME/dbx-mount/config.json or ~/.config/dbx-mount/config.json).",
+                               valueName: "path"))
+    var config: String?
+
+    @Flag(help: "Mount the team space (the team's root namespace) instead of the member's home folder.")
+    var teamSpace = false
+
+    @Option(help: ArgumentHelp("Base URL of the Dropbox API host (default: $DBX_API_URL or https://api.dropboxapi.com).", valueName: "url"))
+    var apiURL: String?
+
+    @Option(help: ArgumentHelp("Base URL of the content host (default: $DBX_CONTENT_URL or https://content.dropboxapi.com).", valueName: "url"))
+    var contentURL: String?
+
+    @Option(help: ArgumentHelp("Base URL of the notify host (default: $DBX_NOTIFY_URL or https://notify.dropboxapi.com).", valueName: "url"))
+    var notifyURL: String?
+
+    @Option(help: ArgumentHelp("CA certificates to trust for https, in PEM (TLS is always verified).", valueName: "path"))
+    var caBundle: String?
+
+    @Option(help: ArgumentHelp("Seconds a listing and the attributes it gave are trusted (default 60).", valueName: "seconds"))
+    var ttl: Int?
+
+    @Option(help: ArgumentHelp("Seconds one Dropbox call may take, retries included (default 120): past it a read fails with EIO and a listed folder keeps its cached answer.", valueName: "seconds"))
+    var deadline: Int?
+
+    @Flag(help: "Match names case-insensitively, as Dropbox does (names still show as Dropbox has them).")
+    var caseInsensitive = false
+
+    @Flag(help: "Leave out documents Dropbox cannot download (Paper and other cloud docs) instead of showing them as their exports.")
+    var hideExports = false
+
+    @Option(help: ArgumentHelp("Where the persistent metadata cache lives (default: $XDG_CACHE_HOME/dbx-mount or ~/.cache/dbx-mount).",
+                               valueName: "path"))
+    var cacheDir: String?
+
+    @Flag(help: "Keep no persistent metadata cache: every mount lists the whole folder again.")
+    var noCache = false
+
+    @OptionGroup(title: "Reading") var readOptions: ReadOptions
+
+    @OptionGroup(title: "Logging") var logOptions: LogOptions
+
+    mutating func run() throws {
+        do throws(UsageError) {
+            try mount()
+        } catch {
+            fail(error.description, code: 64)
+        }
+    }
+
+    private func fail(_ message: String, code: Int32) -> Never {
+        FileHandle.standardError.write(Data("dbx-mount: \(message)\n".utf8))
+        Foundation.exit(code)
+    }
+
+    private func mount() throws(UsageError) {
+        let options = try MountOptionList(mountOptions)
+        let (source, mountpoint) = try sourceAndMountpoint()
+        let environment = ProcessInfo.processInfo.environment
+
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory) else {
+            fail("mount point \(mountpoint) does not exist", code: 1)
+        }
+        guard isDirectory.boolValue else { fail("mount point \(mountpoint) is not a directory", code: 1) }
+
+        let endpoints = DropboxEndpoints(
+            api: apiURL ?? options.settings["api_url"] ?? environment["DBX_API_URL"] ?? DropboxEndpoints.dropbox.api,
+            content: contentURL ?? options.settings["content_url"] ?? environment["DBX_CONTENT_URL"] ?? DropboxEndpoints.dropbox.content,
+            notify: notifyURL ?? options.settings["notify_url"] ?? environment["DBX_NOTIFY_URL"] ?? DropboxEndpoints.dropbox.notify)
+        for url in [endpoints.api, endpoints.content, endpoints.notify]
+        where !(url.hasPrefix("https://") || url.hasPrefix("http://")) {
+            throw UsageError("'\(url)' is not an http:// or https:// URL")
+        }
+
+        let debug = self.debug || options.settings["debug"] != nil
+        let foreground = self.foreground || options.settings["foreground"] != nil || debug
+        try logOptions.bootstrap(options, foreground: foreground, debug: debug)
+        let logger = Logger(label: "dbx-mount")
+        if !options.ignored.isEmpty {
+            logger.debug("ignoring mount options that concern mount(8), not dbx-mount",
+                         metadata: ["options": "\(options.ignored.joined(separator: ","))"])
+        }
+        let transport = CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"])
+        let credentials = try self.credentials(options: options, environment: environment, endpoints: endpoints,
+                                               transport: transport, logger: logger)
+        let client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
+
+        // Check the token and the folder before mounting, so a bad one fails here, loudly.
+        let account: Account
+        do {
+            account = try client.currentAccount()
+        } catch {
+            if case .auth = error { fail("\(AuthCommand.explain(error)); \(credentials.remedy)", code: 1) }
+            fail("\(error) (\(endpoints.api))", code: 1)
+        }
+        // A team member's home is one namespace of the team's; the team space is the root namespace,
+        // reached by naming it in Dropbox-API-Path-Root (docs/dropbox-api.md §6).
+        var namespace = ""
+        if teamSpace || options.settings["team_space"] != nil {
+            guard account.rootNamespaceID != account.homeNamespaceID else {
+                fail("\(account.email) has no team space (its root is its home folder); mount without --team-space", code: 1)
+            }
+            namespace = account.rootNamespaceID
+        }
+        // Once mounted, each failed call logs one line (with Dropbox's request id); before, the
+        // command's own one-line message says it.
+        let pathRoot = namespace.isEmpty ? nil : #"{".tag":"root","root":"\#(namespace)"}"#
+        let deadlineSeconds: UInt32
+        if let deadline {
+            guard let seconds = UInt32(exactly: deadline), seconds > 0 else {
+                throw UsageError("--deadline needs a positive number of seconds, not \(deadline)")
+            }
+            deadlineSeconds = seconds
+        } else {
+            deadlineSeconds = try options.number("deadline") ?? 120
+            guard deadlineSeconds > 0 else { throw UsageError("deadline needs a positive number of seconds") }
+        }
+        var mountedPolicy = RetryPolicy.standard
+        mountedPolicy.callDeadline = Double(deadlineSeconds)
+        let mountedClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
+                                              pathRoot: pathRoot, retryPolicy: mountedPolicy, failureLogLevel: .warning)
+        if !source.isEmpty {
+            let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
+                                                   pathRoot: pathRoot)
+            do {
+                guard case .folder = try checkingClient.metadata(path: source) else {
+                    fail("\(source) is not a folder in Dropbox", code: 1)
+                }
+            } catch {
+                if error.isRoute("path", "not_found") { fail("\(source): no such folder in Dropbox", code: 1) }
+                fail("cannot check \(source): \(error)", code: 1)
+            }
+        }
+
+        let ttlSeconds: UInt32
+        if let ttl {
+            guard let seconds = UInt32(exactly: ttl) else { throw UsageError("--ttl needs a number of seconds, not \(ttl)") }
+            ttlSeconds = seconds
+        } else {
+            ttlSeconds = try options.number("ttl") ?? 60
+        }
+        var filesystemOptions = FilesystemOptions(
+            rootPath: source, metadataTTL: .seconds(Int(ttlSeconds)),
+            uid: try options.number("uid") ?? getuid(), gid: try options.number("gid") ?? getgid(),
+            umask: try options.number("umask", radix: 8),
+            caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
+        filesystemOptions.readAhead = try readOptions.readAhead(options)
+        filesystemOptions.showExports = !(hideExports || options.settings["hide_exports"] != nil)
+        // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
+        let store: DeferredStore? = noCache || options.settings["no_cache"] != nil ? nil : DeferredStore(
+            directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,
+            key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
+                + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
+        let meter = APIMeter()
+        let filesystem = DropboxFilesystem(api: MeteredDropboxAPI(mountedClient, meter: meter), options: filesystemOptions,
+                                   folderModified: Int64(time(nil)), logger: logger, store: store)
+        let mount = Mount(filesystem: filesystem, logger: logger, meter: meter)
+
+        var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]
+        if !options.fuseOptions.contains(where: { $0.hasPrefix("fsname=") }) {
+            fuseOptions.append("fsname=" + MountOptionList.escape("dropbox:" + (source.isEmpty ? "/" : source)))
+        }
+        fuseOptions += options.fuseOptions.filter { !$0.hasPrefix("subtype=") }
+
+        let exitCode = serve(mount: mount, mountpoint: mountpoint, fuseOptions: fuseOptions, foreground: foreground,
+                             debug: debug)
+        Foundation.exit(exitCode)
+    }
+
+    /// Mounts, daemonizes unless asked not to, and serves until unmounted. The session (and with it
+    /// the mount) is torn down before this returns.
+    private func serve(mount: Mount, mountpoint: String, fuseOptions: [String], foreground: Bool,
+                       debug: Bool) -> Int32 {
+        let session: MountSession
+        do {
+            session = try MountSession(mount: mount, mountpoint: mountpoint, mountOptions: fuseOptions, debug: debug)
+        } catch {
+            fail(error.description, code: 1)
+        }
+        session.daemonize(foreground: foreground)
+        return session.run(maxThreads: 16) ? 0 : 1
+    }
+
+    /// `[SOURCE] MOUNTPOINT`, with SOURCE normalised to Dropbox's form ("" or "/a/b").
+    private func sourceAndMountpoint() throws(UsageError) -> (String, String) {
+        switch locations.count {
+        case 1: return ("", locations[0])
+        case 2:
+            var source = locations[0]
+            // mount.fuse3 passes fstab's first field; "dropbox:" prefixes and "/" mean the whole account.
+            if source.hasPrefix("dropbox:") { source.removeFirst("dropbox:".count) }
+            while source.hasSuffix("/") { source.removeLast() }
+            if !source.isEmpty && !source.hasPrefix("/") { source = "/" + source }
+            return (source, locations[1])
+        case 0: throw UsageError("missing MOUNTPOINT (usage: dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT)")
+        default: throw UsageError("too many arguments (usage: dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT)")
+        }
+    }
+
+    /// The token source (see `Credentials`); a loose or broken config fails the mount (exit 1).
+    private func credentials(options: MountOptionList, environment: [String: String], endpoints: DropboxEndpoints,
+                             transport: CurlTransport, logger: Logger) throws(UsageError) -> Credentials {
+        do {
+            return try Credentials.resolve(
+                tokenFile: tokenFile ?? options.settings["token_file"], account: account ?? options.settings["account"],
+                configPath: config ?? options.settings["config"], environment: environment, endpoints: endpoints,
+                transport: transport, logger: logger)
+        } catch {
+            if case .usage(let usage) = error { throw usage }
+            fail(error.description, code: error.exitCode)
+        }
+    }
+}

@@ -1,0 +1,189 @@
+// `files/download` with HTTP Range: one call's bytes, streamed to a consumer across as many
+// attempts as the retry loop makes, each asking only for what has not arrived yet.
+
+extension DropboxHTTPClient {
+    /// The bytes of `range`, buffered: the streaming download below with a consumer that collects,
+    /// so both share one set of Content-Range checks and resume a cut body the same way.
+    public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
+        var bytes: [UInt8] = []
+        _ = try download(path: path, range: range) { chunk in
+            bytes.append(contentsOf: chunk)
+            return true
+        }
+        return bytes
+    }
+
+    public func download(path: String, range: Range<UInt64>,
+                         into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
+        guard !range.isEmpty else { return 0 }
+        let wanted = range.upperBound - range.lowerBound
+        let cap = max(min(wanted, Self.maxDownloadBytes), Self.wholeFileAllowance)
+        let arg = JSONWriter.encode(.object(["path": .string(path)]), headerSafe: true)
+        let url = endpoints.url(endpoints.content, route: "files/download")
+        return try withoutActuallyEscaping(consumer) { consumer throws(DropboxError) -> UInt64 in
+            let receiver = RangeReceiver(range: range, consumer: consumer)
+            let response: HTTPResponse
+            do throws(DropboxError) {
+                // A retry after a body was cut short asks only for the rest: `nextOffset` moves
+                // with every byte handed over, and each attempt's Range starts there.
+                response = try perform(route: "files/download", auth: true, accept: [200, 206, 416], send: { request throws(DropboxError) in
+                    try receiver.attempt { () throws(DropboxError) in try self.transport.exchange(request, streamingTo: receiver) }
+                }) { token throws(DropboxError) in
+                    var headers = try commonHeaders(token: token)
+                    headers.append(("Dropbox-API-Arg", arg))
+                    headers.append(("Range", "bytes=\(receiver.nextOffset)-\(range.upperBound - 1)"))
+                    return HTTPRequest(method: .get, url: url, headers: headers, timeout: requestTimeout,
+                                       maxResponseBytes: Int(cap))
+                }
+            } catch let error where error.isRoute("range", "not_satisfiable") {
+                return receiver.delivered
+            }
+            if receiver.finished || response.status == 206 { return receiver.delivered }
+            let first = receiver.nextOffset
+            if response.status == 200 {
+                let bytes = try Self.slicedWholeBody(response, range: first..<range.upperBound)
+                if !bytes.isEmpty { _ = bytes.withUnsafeBytes { consumer($0) } }
+                return receiver.delivered + UInt64(bytes.count)
+            }
+            // 416: the range starts at or past the end of the file.
+            if let header = response.headers["content-range"], let total = ContentRange.unsatisfiedTotal(header),
+               total > first {
+                throw .malformedResponse("download: 416 for bytes \(first)-\(range.upperBound - 1) of a \(total)-byte file")
+            }
+            return receiver.delivered
+        }
+    }
+
+    // MARK: - Response checks
+
+    /// A 200 carries the whole file: check it against `Dropbox-API-Result`'s size when present,
+    /// then cut out the asked range.
+    static func slicedWholeBody(_ response: HTTPResponse, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
+        let body = response.body
+        if let result = response.headers["dropbox-api-result"] {
+            let value = try Decode.json(Array(result.utf8), context: "Dropbox-API-Result")
+            if let size = try JSONFields(value, context: "Dropbox-API-Result").optionalUInt64("size"),
+               size != UInt64(body.count) {
+                throw .malformedResponse("download: Dropbox-API-Result says \(size) bytes, body has \(body.count)")
+            }
+        }
+        let count = UInt64(body.count)
+        guard range.lowerBound < count else { return [] }
+        return Array(body[Int(range.lowerBound)..<Int(min(range.upperBound, count))])
+    }
+}
+
+/// Takes one streamed download, across the attempts of one call. Each 206 is checked before any
+/// of its body is handed on: its `Content-Range` must start exactly where the last attempt stopped
+/// and end where asked (or at end of file), and its body may not run past what it promised. A
+/// body cut short hands on what arrived, and the next attempt asks for the rest.
+final class RangeReceiver: HTTPBodyReceiver {
+    let range: Range<UInt64>
+    private let consumer: (UnsafeRawBufferPointer) -> Bool
+    /// Bytes handed to the consumer over all attempts.
+    private(set) var delivered: UInt64 = 0
+    /// The consumer asked to stop, or every byte of the range has been handed over.
+    private(set) var finished = false
+    /// Why this attempt's answer cannot be used; thrown instead of the transport's abort error.
+    private var problem: DropboxError?
+    /// Bytes the current 206 promised, and how many of them arrived.
+    private var promised: UInt64?
+    private var received: UInt64 = 0
+
+    init(range: Range<UInt64>, consumer: @escaping (UnsafeRawBufferPointer) -> Bool) {
+        self.range = range
+        self.consumer = consumer
+    }
+
+    var nextOffset: UInt64 { range.lowerBound + delivered }
+
+    /// Runs one attempt. An answer that was streamed but ended short is a transport error, so the
+    /// retry loop tries again (from `nextOffset`).
+    func attempt(_ send: () throws(DropboxError) -> HTTPResponse) throws(DropboxError) -> HTTPResponse {
+        problem = nil
+        promised = nil
+        received = 0
+        if finished { return HTTPResponse(status: 206, headers: [:], body: []) }
+        do throws(DropboxError) {
+            let response = try send()
+            if let problem { throw problem }
+            if let promised, received < promised, !finished {
+                throw .transport(code: 18, message: "download: body ended \(promised - received) bytes short of its Content-Range")
+            }
+            return response
+        } catch {
+            if let problem { throw problem }
+            if finished { return HTTPResponse(status: 206, headers: [:], body: []) }
+            throw error
+        }
+    }
+
+    func responseStarted(status: Int, headers: [String: String]) -> HTTPBodyDisposition {
+        guard status == 206 else { return .buffer }   // errors, a whole-file 200, a 416: small, decoded whole
+        let first = nextOffset, last = range.upperBound - 1
+        guard let header = headers["content-range"], let cr = ContentRange.parse(header) else {
+            problem = .malformedResponse("download: 206 without a valid Content-Range")
+            return .abort
+        }
+        guard cr.first == first, cr.last <= last else {
+            problem = .malformedResponse("download: asked for bytes \(first)-\(last), got \(cr.first)-\(cr.last)")
+            return .abort
+        }
+        if cr.last < last, let total = cr.total, total != cr.last + 1 {
+            problem = .malformedResponse("download: short range \(cr.first)-\(cr.last) of a \(total)-byte file")
+            return .abort
+        }
+        if let total = cr.total, cr.last >= total {
+            problem = .malformedResponse("download: range \(cr.first)-\(cr.last) beyond the \(total)-byte file")
+            return .abort
+        }
+        promised = cr.last - cr.first + 1
+        return .stream
+    }
+
+    func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        guard let promised else { return false }
+        let room = promised - received
+        guard UInt64(chunk.count) <= room else {
+            // Never hand on more than the Content-Range promised.
+            problem = .malformedResponse("download: body longer than its Content-Range (\(promised) bytes)")
+            return false
+        }
+        received += UInt64(chunk.count)
+        delivered += UInt64(chunk.count)
+        if !consumer(chunk) { finished = true; return false }
+        if nextOffset == range.upperBound { finished = true }
+        return true
+    }
+}
+
+/// `Content-Range: bytes first-last/total` (RFC 9110 §14.4), `total` possibly `*`.
+struct ContentRange: Equatable {
+    var first: UInt64
+    var last: UInt64
+    var total: UInt64?
+
+    static func parse(_ header: String) -> ContentRange? {
+        let value = header.trimmingSpaces
+        guard value.hasPrefix("bytes ") else { return nil }
+        let spec = value.dropFirst(6)
+        let halves = spec.split(separator: "/", omittingEmptySubsequences: false)
+        guard halves.count == 2 else { return nil }
+        let bounds = halves[0].split(separator: "-", omittingEmptySubsequences: false)
+        guard bounds.count == 2, let first = UInt64(bounds[0]), let last = UInt64(bounds[1]), first <= last
+        else { return nil }
+        let total: UInt64?
+        if halves[1] == "*" { total = nil } else {
+            guard let t = UInt64(halves[1]) else { return nil }
+            total = t
+        }
+        return ContentRange(first: first, last: last, total: total)
+    }
+
+    /// The size in `bytes */size`, the form a 416 carries.
+    static func unsatisfiedTotal(_ header: String) -> UInt64? {
+        let value = header.trimmingSpaces
+        guard value.hasPrefix("bytes */") else { return nil }
+        return UInt64(value.dropFirst(8))
+    }
+}

@@ -1,0 +1,94 @@
+// The filesystem core: answers lookup, getattr, readdir, open and read for one mounted Dropbox
+// folder. It knows nothing of FUSE or HTTP: Dropbox arrives through `DropboxAPI`, time through a
+// `MonotonicSeconds` closure, so tests drive TTLs, paging and failures with an in-memory fake.
+//
+// Where each concern lives (every folder extends `DropboxFilesystem` or serves it):
+// - `Metadata/`: the compact tree of names and details (`Tree`), how listings land in it
+//   (`TreeUpdate`), when a folder's listing is fresh (`Freshness`), and the answers built from it
+//   (`Lookup`: lookup, getattr, readdir, statfs, xattrs).
+// - `Sync/`: the change feed that keeps the tree in step with Dropbox, and the tree's persistence.
+// - `Reading/`: open handles and the read engine (read-ahead, memory budget, block cache).
+// - `Exports/`: documents Dropbox cannot download, read as their exports.
+// - `Errors/`: `FSError`, and the one boundary where a failed operation is logged.
+//
+// How metadata stays both cheap and right.
+// - The whole mounted folder is one recursive `list_folder` cursor, filled in the background after
+//   mount (`ChangeFeed.swift`) and applied to a compact tree (`Tree.swift`). A folder the user opens
+//   before the fill reaches it is listed on its own at once, single-flight, instead of waiting.
+// - Then the same cursor becomes a change feed (`longpoll`, then `continue`), whose file, folder and
+//   deleted entries are applied in place, telling the kernel what to forget.
+// - A complete folder answers lookups (ENOENT included), getattr and readdir from memory: forever
+//   while the feed is live, and for `metadataTTL` past its last confirmation while it is down.
+//   A stale folder is listed again whole; never one call per file.
+// - Reads are pinned to the rev seen at open (`rev:<rev>`), so a file replaced mid-read fails the
+//   read instead of mixing old and new bytes.
+// - One mutex guards the tree, the handles and the feed's status together, because a lookup must
+//   see a folder's entries and whether they are fresh in one step. It is never held across a
+//   Dropbox call. The read engine keeps its own locks: its buffers are not the tree's.
+
+import DropboxClient
+import Foundation
+import Logging
+import Synchronization
+
+public final class DropboxFilesystem: Sendable {
+    let api: any DropboxAPI
+    let options: FilesystemOptions
+    let now: MonotonicSeconds
+    let logger: Logger
+    /// Wall-clock time shown as the mtime of folders, which carry no times in Dropbox.
+    let folderModified: Int64
+    let state: Mutex<State>
+    let folderListings = SingleFlight<Slot, Void>()
+    /// Signalled whenever the feed's status changes, for requests waiting on a catch-up.
+    let feedChanged = NSCondition()
+    let invalidationSink = Mutex<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
+    let bulkWorkSink = Mutex<(@Sendable () -> Void)?>(nil)
+    let stopped = Atomic<Bool>(false)
+    let store: (any MetadataStore)?
+    /// Exported documents (Exports.swift), whole, within 64 MiB.
+    let exports = ExportCache(capacity: 64 << 20)
+    /// Reads file contents: read-ahead, the memory budget, the block cache (`Reading/`).
+    let reader: ReadEngine
+
+    public init(api: any DropboxAPI, options: FilesystemOptions, folderModified: Int64,
+                now: @escaping MonotonicSeconds = SystemClock.monotonic,
+                logger: Logger = Logger(label: "dbx-mount.fs"), store: (any MetadataStore)? = nil) {
+        self.api = api
+        self.options = options
+        self.now = now
+        self.logger = logger
+        self.folderModified = folderModified
+        self.state = Mutex(State())
+        self.store = store
+        self.reader = ReadEngine(api: api, options: options.readAhead, logger: logger)
+    }
+
+    /// Where changes the kernel must forget are sent (the FUSE adapter's invalidation queue).
+    public func onInvalidation(_ sink: @escaping @Sendable ([KernelInvalidation]) -> Void) {
+        invalidationSink.withLock { $0 = sink }
+    }
+
+    /// Called on the sync thread after work that allocated and freed memory in proportion to the
+    /// whole tree: a full listing, or a save of the tree. The mount gives the freed heap back to
+    /// the system there (decoding a listing of 100,000 entries leaves tens of MiB freed but
+    /// resident, which would otherwise count against every later figure of the process's memory).
+    public func onBulkWorkDone(_ body: @escaping @Sendable () -> Void) {
+        bulkWorkSink.withLock { $0 = body }
+    }
+
+    func bulkWorkDone() {
+        bulkWorkSink.withLock { $0 }?()
+    }
+
+    /// How long the kernel may cache what it is told now: the TTL while the change feed is live
+    /// (changes are invalidated explicitly), else one second.
+    public var kernelCacheSeconds: Double {
+        state.withLock { $0.feed.live } ? ttlSeconds : 1
+    }
+
+    func invalidate(_ invalidations: [KernelInvalidation]) {
+        guard !invalidations.isEmpty, let sink = invalidationSink.withLock({ $0 }) else { return }
+        sink(invalidations)
+    }
+}

@@ -1,0 +1,34 @@
+/// Options a user sets at mount time that shape what the core answers.
+public struct FilesystemOptions: Sendable {
+    /// The Dropbox folder shown as the mount's root: `""` for the whole account, else `/Photos`.
+    public var rootPath: String
+    /// How long a listed folder, and the attributes it gave, are trusted before Dropbox is asked again.
+    public var metadataTTL: Duration
+    public var uid: UInt32
+    public var gid: UInt32
+    /// When set, permissions are 0o666 and 0o777 less this mask (sshfs and rclone semantics);
+    /// when nil they are 0o444 for files and 0o555 for folders.
+    public var umask: UInt32?
+    /// Match names the way Dropbox does (case-insensitively) instead of exactly.
+    public var caseInsensitive: Bool
+    /// How file contents are read ahead and cached (`Reading/`).
+    public var readAhead = ReadAheadOptions()
+    /// Show documents Dropbox cannot download (Paper and other cloud docs) as their export, read
+    /// through `files/export`; when false they are left out.
+    public var showExports = true
+
+    public init(rootPath: String = "", metadataTTL: Duration = .seconds(60), uid: UInt32 = 0,
+                gid: UInt32 = 0, umask: UInt32? = nil, caseInsensitive: Bool = false) {
+        self.rootPath = rootPath; self.metadataTTL = metadataTTL; self.uid = uid; self.gid = gid
+        self.umask = umask; self.caseInsensitive = caseInsensitive
+    }
+
+    func permissions(for kind: NodeKind) -> UInt32 {
+        switch (kind, umask) {
+        case (.file, nil): 0o444
+        case (.directory, nil): 0o555
+        case (.file, let mask?): 0o666 & ~mask
+        case (.directory, let mask?): 0o777 & ~mask
+        }
+    }
+}

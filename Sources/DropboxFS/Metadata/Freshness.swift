@@ -1,0 +1,82 @@
+// When a folder's listing may be trusted, and listing it again when not.
+
+import DropboxClient
+import Foundation
+
+extension DropboxFilesystem {
+    // MARK: - Freshness
+
+    var ttlSeconds: Double {
+        let ttl = options.metadataTTL.components
+        return Double(ttl.seconds) + Double(ttl.attoseconds) / 1e18
+    }
+
+    private enum Freshness { case fresh, waitForCatchUp, list(path: String, firstTime: Bool) }
+
+    private func freshness(of folder: Slot, in state: State) throws(FSError) -> Freshness {
+        let tree = state.tree
+        guard tree.isAlive(folder) else { throw .notFound }
+        guard tree.isDirectory(folder) else { throw .notADirectory }
+        if tree.isComplete(folder), tree.listedAt(folder) >= state.cachesDroppedAt {
+            if state.feed.live { return .fresh }
+            if now() - max(tree.listedAt(folder), state.feed.lastContact) < ttlSeconds { return .fresh }
+            if state.feed.catchingUp { return .waitForCatchUp }
+        }
+        let path = options.rootPath + tree.components(folder).map { "/" + $0 }.joined()
+        return .list(path: path, firstTime: !tree.isComplete(folder))
+    }
+
+    func ensureFreshListing(of folder: Slot) throws(FSError) {
+        var decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
+        if case .waitForCatchUp = decision {
+            // A tree loaded from the persistent cache is being brought up to date; its `continue`
+            // chain is cheaper than listing this folder, so wait for it (but not forever).
+            let deadline = Date().addingTimeInterval(10)
+            feedChanged.lock()
+            while state.withLock({ $0.feed.catchingUp }) && Date() < deadline { _ = feedChanged.wait(until: deadline) }
+            feedChanged.unlock()
+            decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
+        }
+        guard case .list(let path, let firstTime) = decision else { return }
+        try folderListings.run(folder) { () throws(FSError) -> Void in
+            // A caller that queued behind another's listing may find the folder already fresh.
+            let again = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
+            guard case .list = again else { return }
+            let listedAt = now()
+            let entries: [Metadata]
+            do throws(FSError) {
+                entries = try listWholeFolder(path)
+            } catch {
+                // Dropbox unreachable (or answering 5xx/429 past the retries): a folder listed
+                // before keeps its last answer rather than turning into EIO, and is listed again
+                // on the next access (issue 8). The client has logged the failed call.
+                guard case .upstream = error, !firstTime else { throw error }
+                logger.debug("serving the cached listing", metadata: ["path": "\(path)"])
+                return
+            }
+            let invalidations = state.withLock { state -> [KernelInvalidation] in
+                guard state.tree.isAlive(folder) else { return [] }
+                var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
+                update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: !firstTime)
+                return update.invalidations
+            }
+            invalidate(invalidations)
+        }
+    }
+
+    private func listWholeFolder(_ path: String) throws(FSError) -> [Metadata] {
+        do {
+            var page = try api.listFolder(path: path, recursive: false, limit: 2000)
+            var entries = page.entries
+            while page.hasMore {
+                page = try api.listFolderContinue(cursor: page.cursor)
+                entries.append(contentsOf: page.entries)
+            }
+            return entries
+        } catch {
+            // The Dropbox client has logged the failed call (with its request id); the operation's
+            // boundary adds the path (FailureReport.swift).
+            throw FSError(error)
+        }
+    }
+}

@@ -1,0 +1,7 @@
+/// A change the kernel must forget, because it may have cached the old state.
+public enum KernelInvalidation: Sendable, Equatable {
+    /// A name in a folder: a positive or negative dentry.
+    case entry(parent: InodeNumber, name: String)
+    /// An inode's attributes and cached data (pages of a file, the listing of a folder).
+    case inode(InodeNumber)
+}

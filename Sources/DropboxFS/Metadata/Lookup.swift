@@ -1,0 +1,163 @@
+// lookup, getattr, readdir, statfs and xattrs: answered from the tree, which `Freshness.swift`
+// keeps within its TTL.
+
+import DropboxClient
+
+extension DropboxFilesystem {
+    // MARK: - Metadata
+
+    /// Finds `name` in the folder `parent`, listing the folder first if its listing is missing or stale.
+    public func lookup(parent: InodeNumber, name: String) throws(FSError) -> NodeAttributes {
+        try reporting(.lookup, inode: parent, name: name) { () throws(FSError) -> NodeAttributes in
+            guard let folder = Slot(parent) else { throw .notFound }
+            try ensureFreshListing(of: folder)
+            return try state.withLock { state throws(FSError) -> NodeAttributes in
+                guard state.tree.isAlive(folder) else { throw .notFound }
+                guard let child = state.tree.child(of: folder, folded: FoldedName(name)) else { throw .notFound }
+                if !options.caseInsensitive && state.tree.name(child) != name { throw .notFound }
+                state.tree.markSizeReported(child)
+                return attributes(of: child, in: state.tree)
+            }
+        }
+    }
+
+    /// The attributes of `inode` for the kernel (getattr), refreshed from its parent's listing when
+    /// that is stale.
+    public func attributes(of inode: InodeNumber) throws(FSError) -> NodeAttributes {
+        try reporting(.getattr, inode: inode) { () throws(FSError) -> NodeAttributes in
+            let slot = try revalidate(inode)
+            return try state.withLock { state throws(FSError) -> NodeAttributes in
+                guard state.tree.isAlive(slot) else { throw .notFound }
+                state.tree.markSizeReported(slot)
+                return attributes(of: slot, in: state.tree)
+            }
+        }
+    }
+
+    /// Makes sure what the tree says of `inode` is fresh, listing its parent again if needed.
+    func revalidate(_ inode: InodeNumber) throws(FSError) -> Slot {
+        guard let slot = Slot(inode) else { throw .notFound }
+        let parent = try state.withLock { state throws(FSError) -> Slot? in
+            guard state.tree.isAlive(slot) else { throw .notFound }
+            return slot == .root ? nil : state.tree.parent(slot)
+        }
+        if let parent { try ensureFreshListing(of: parent) }
+        return slot
+    }
+
+    /// The kernel dropped references to `inode`. Nodes stay (their numbers must stay stable while
+    /// mounted, and the tree is the cache), so there is nothing to free.
+    public func forget(_ inode: InodeNumber, count: UInt64) {}
+
+    // MARK: - Directories
+
+    /// Snapshots the folder's entries (with `.` and `..` first) into a handle for `readDirectory`.
+    public func openDirectory(_ inode: InodeNumber) throws(FSError) -> FileHandleID {
+        try reporting(.opendir, inode: inode) { () throws(FSError) -> FileHandleID in
+            guard let folder = Slot(inode) else { throw .notFound }
+            try ensureFreshListing(of: folder)
+            return try state.withLock { state throws(FSError) -> FileHandleID in
+                let tree = state.tree
+                guard tree.isAlive(folder) else { throw .notFound }
+                guard tree.isDirectory(folder) else { throw .notADirectory }
+                var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
+                for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
+                return state.addDirectoryHandle(entries)
+            }
+        }
+    }
+
+    /// Entries of an open directory from `offset` (an index into the snapshot) on, with attributes
+    /// as they are now: readdirplus hands them to the kernel, which must not get older ones than a
+    /// getattr answered in between. An entry removed since opendir is left out.
+    public func readDirectory(_ handle: FileHandleID, from offset: Int, limit: Int = .max) throws(FSError)
+        -> [DirectoryEntry]
+    {
+        try reporting(.readdir, handle: handle) { () throws(FSError) -> [DirectoryEntry] in
+            try state.withLock { state throws(FSError) -> [DirectoryEntry] in
+                guard let snapshot = state.directoryHandles[handle] else { throw .badHandle }
+                guard offset >= 0, offset < snapshot.count else { return [] }
+                var entries: [DirectoryEntry] = []
+                for (name, slot) in snapshot[offset...].prefix(limit) {
+                    guard state.tree.isAlive(slot) else {
+                        entries.append(DirectoryEntry(name: name, attributes: nil))
+                        continue
+                    }
+                    state.tree.markSizeReported(slot)
+                    entries.append(DirectoryEntry(name: name, attributes: attributes(of: slot, in: state.tree)))
+                }
+                return entries
+            }
+        }
+    }
+
+    public func releaseDirectory(_ handle: FileHandleID) {
+        _ = state.withLock { $0.directoryHandles.removeValue(forKey: handle) }
+    }
+
+    // MARK: - Filesystem
+
+    /// Space used and allocated, from `users/get_space_usage`, trusted for the metadata TTL.
+    public func statistics() throws(FSError) -> FilesystemStatistics {
+        try reporting(.statfs) { () throws(FSError) -> FilesystemStatistics in
+            let cached = state.withLock { state -> FilesystemStatistics? in
+                guard let (stats, at) = state.statistics, now() - at < ttlSeconds else { return nil }
+                return stats
+            }
+            if let cached { return cached }
+            let usage: SpaceUsage
+            do throws(DropboxError) { usage = try api.spaceUsage() } catch { throw FSError(error) }
+            return state.withLock { state in
+                let stats = FilesystemStatistics(usedBytes: usage.used, allocatedBytes: usage.allocated,
+                                                 nodeCount: UInt64(state.tree.liveCount))
+                state.statistics = (stats, now())
+                return stats
+            }
+        }
+    }
+
+    /// One extended attribute's value. Only the `user.` namespace exists here; asking for another
+    /// (`system.posix_acl_access`, `security.selinux`, ...) fails at once, without touching the tree.
+    public func extendedAttribute(_ name: String, of inode: InodeNumber) throws(FSError) -> String {
+        try reporting(.getxattr, inode: inode) { () throws(FSError) -> String in
+            guard name.hasPrefix("user.") else { throw .attributeNamespaceUnsupported }
+            guard let value = try attributeList(of: inode).first(where: { $0.name == name })?.value else {
+                throw .noAttribute
+            }
+            return value
+        }
+    }
+
+    /// Extended attributes shown on files: Dropbox's id, rev and content hash.
+    public func extendedAttributes(of inode: InodeNumber) throws(FSError) -> [(name: String, value: String)] {
+        try reporting(.listxattr, inode: inode) { () throws(FSError) in try attributeList(of: inode) }
+    }
+
+    private func attributeList(of inode: InodeNumber) throws(FSError) -> [(name: String, value: String)] {
+        let slot = try revalidate(inode)
+        return state.withLock { state in
+            guard let file = state.tree.details(slot) else { return [] }
+            var attributes = [("user.dropbox.id", file.id), ("user.dropbox.rev", file.rev)]
+            if let hash = file.contentHash { attributes.append(("user.dropbox.content_hash", hash)) }
+            return attributes.map { (name: $0.0, value: $0.1) }
+        }
+    }
+
+    /// Entries the tree holds, and roughly the bytes it uses for them (memory figures for issue 5).
+    public var cacheFootprint: (entries: Int, bytes: Int) {
+        state.withLock { ($0.tree.liveCount, $0.tree.approximateBytes) }
+    }
+
+    private func attributes(of slot: Slot, in tree: Tree) -> NodeAttributes {
+        if tree.isDirectory(slot) {
+            // 2 + subfolders once listed; 1 ("unknown", as find and fts understand it) before that,
+            // because counting subfolders would cost a listing per folder shown.
+            let links = tree.isComplete(slot) ? 2 + tree.subfolderCount(slot) : 1
+            return NodeAttributes(inode: slot.inode, kind: .directory, permissions: options.permissions(for: .directory),
+                                  size: 4096, linkCount: links, modified: folderModified, uid: options.uid, gid: options.gid)
+        }
+        return NodeAttributes(inode: slot.inode, kind: .file, permissions: options.permissions(for: .file),
+                              size: tree.size(slot), linkCount: 1, modified: tree.modified(slot),
+                              uid: options.uid, gid: options.gid)
+    }
+}

@@ -1,0 +1,48 @@
+// What the kernel is told about nodes: numbers, attributes, directory entries, statfs figures.
+
+/// An inode number as the kernel sees it. 1 is the mount's root, as FUSE requires.
+public struct InodeNumber: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public let rawValue: UInt64
+    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
+    public static let root = InodeNumber(1)
+    public static func < (a: InodeNumber, b: InodeNumber) -> Bool { a.rawValue < b.rawValue }
+    public var description: String { String(rawValue) }
+}
+
+public enum NodeKind: Sendable, Equatable {
+    case file
+    case directory
+}
+
+/// What `stat` shows for one node.
+public struct NodeAttributes: Sendable, Equatable {
+    public var inode: InodeNumber
+    public var kind: NodeKind
+    /// Permission bits only (e.g. 0o444); the adapter adds the file-type bits.
+    public var permissions: UInt32
+    public var size: UInt64
+    public var linkCount: UInt32
+    public var modified: Int64
+    public var uid: UInt32
+    public var gid: UInt32
+
+    /// 512-byte blocks, as `du` expects.
+    public var blocks: UInt64 { (size + 511) / 512 }
+}
+
+/// One entry of a directory handle, with what readdirplus needs besides the name.
+public struct DirectoryEntry: Sendable, Equatable {
+    public var name: String
+    /// nil when the entry was removed after the directory was opened: its place in the offsets
+    /// stays, but nothing is shown for it.
+    public var attributes: NodeAttributes?
+}
+
+/// What `statfs` shows: sizes in bytes from `users/get_space_usage`.
+public struct FilesystemStatistics: Sendable, Equatable {
+    public var usedBytes: UInt64
+    public var allocatedBytes: UInt64
+    public var nodeCount: UInt64
+    public static let blockSize: UInt64 = 4096
+    public static let maximumNameLength: UInt64 = 255
+}

@@ -1,0 +1,167 @@
+import DropboxClient
+import Logging
+
+/// How one batch of Dropbox metadata lands in the tree.
+struct TreeUpdate {
+    let rootPath: String
+    let logger: Logger
+    /// Kernel invalidations the batch requires, in order.
+    var invalidations: [KernelInvalidation] = []
+    /// Slots written by the batch (a fill collects them to find what vanished).
+    var touched: Set<Slot>?
+
+    /// Whether documents Dropbox cannot download appear as their exports.
+    let showExports: Bool
+
+    init(rootPath: String, logger: Logger, collectTouched: Bool = false, showExports: Bool = true) {
+        self.rootPath = rootPath
+        self.logger = logger
+        self.showExports = showExports
+        touched = collectTouched ? [] : nil
+    }
+
+    /// Replaces the children of `folder` with one whole non-recursive listing, and marks it complete.
+    /// `notify` is false for a folder's first listing: the kernel cannot have cached anything in it.
+    mutating func replaceChildren(of folder: Slot, with entries: [Metadata], in tree: inout Tree, listedAt: Double,
+                                  notify: Bool) {
+        var seen = Set<Slot>()
+        for entry in entries {
+            guard let (name, details) = acceptable(entry, in: "listing") else { continue }
+            if let earlier = tree.child(of: folder, folded: FoldedName(name)), seen.contains(earlier) {
+                logger.warning("skipping a second entry whose name differs only in case", metadata: ["name": "\(name)"])
+                continue
+            }
+            let (slot, outcome) = tree.upsert(parent: folder, name: name, details: details)
+            seen.insert(slot)
+            if notify { record(outcome, slot: slot, name: name, parent: folder) }
+        }
+        for child in tree.children(of: folder) where !seen.contains(child) {
+            if notify { invalidations.append(.entry(parent: folder.inode, name: tree.name(child))) }
+            tree.remove(child)
+        }
+        if notify { invalidations.append(.inode(folder.inode)) }
+        tree.markComplete(folder, listedAt: listedAt)
+    }
+
+    /// Applies entries of a recursive listing or of the change feed, in order: missing parents are
+    /// created, a file replaces a subtree, a folder keeps its children, a deleted entry removes one.
+    /// With `newFoldersListedAt` (the feed, once the tree is whole), a folder that first appears here
+    /// is complete from birth: the recursive cursor reports everything that lands in it.
+    mutating func apply(_ entries: [Metadata], to tree: inout Tree, notify: Bool, newFoldersListedAt: Double? = nil) {
+        for entry in entries {
+            guard let components = relativeComponents(entry) else { continue }
+            guard !components.isEmpty else { continue }   // the mounted folder itself
+            // Checked before walking the path: an entry that will be skipped (a name with `/`,
+            // `..`, ...) must not leave behind the folders its path implies (found by fuzzing).
+            var accepted: (String, FileDetails?)?
+            if case .deleted = entry {} else {
+                guard let ok = acceptable(entry, in: "change") else { continue }
+                accepted = ok
+            }
+            var parent = Slot.root
+            var parentMissing = false
+            for component in components.dropLast() {
+                if let next = tree.child(of: parent, folded: FoldedName(component)), tree.isDirectory(next) {
+                    parent = next
+                    continue
+                }
+                if case .deleted = entry { parentMissing = true; break }   // nothing under an unknown path to delete
+                guard EntryName.isValid(component) else { parentMissing = true; break }
+                let (slot, outcome) = tree.upsert(parent: parent, name: component, details: nil)
+                if notify { record(outcome, slot: slot, name: component, parent: parent) }
+                if outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
+                touched?.insert(slot)
+                parent = slot
+            }
+            if parentMissing { continue }
+            let leaf = components.last!
+            if case .deleted = entry {
+                // A deleted document was shown under its export name; deleted entries do not say
+                // which documents were exports, so try those names too.
+                let candidates = [leaf] + ExportName.formats.map { ExportName.visibleName(leaf, exportAs: $0) }
+                var found: Slot?
+                for name in candidates {
+                    guard let slot = tree.child(of: parent, folded: FoldedName(name)) else { continue }
+                    if name == leaf || tree.details(slot)?.isExport == true { found = slot; break }
+                }
+                if let gone = found {
+                    if notify {
+                        invalidations.append(.entry(parent: parent.inode, name: tree.name(gone)))
+                        invalidations.append(.inode(parent.inode))
+                    }
+                    tree.remove(gone)
+                }
+                continue
+            }
+            guard let (name, details) = accepted else { continue }
+            let (slot, outcome) = tree.upsert(parent: parent, name: name, details: details)
+            if notify { record(outcome, slot: slot, name: name, parent: parent) }
+            if details == nil, outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
+            touched?.insert(slot)
+        }
+    }
+
+    private mutating func record(_ outcome: Tree.Upsert, slot: Slot, name: String, parent: Slot) {
+        switch outcome {
+        case .unchanged:
+            break
+        case .added:
+            invalidations.append(.entry(parent: parent.inode, name: name))
+            invalidations.append(.inode(parent.inode))
+        case .updated(let contentChanged, let renamedFrom):
+            if let old = renamedFrom {
+                invalidations.append(.entry(parent: parent.inode, name: old))
+                invalidations.append(.inode(parent.inode))
+            }
+            _ = contentChanged
+            invalidations.append(.inode(slot.inode))
+        }
+    }
+
+    /// The entry's name and file details, or nil (with a log line) for what cannot be shown.
+    private func acceptable(_ entry: Metadata, in context: String) -> (String, FileDetails?)? {
+        let name = entry.name
+        guard EntryName.isValid(name) else {
+            logger.warning("skipping an entry whose name cannot be a file name",
+                           metadata: ["context": "\(context)", "name": "\(name.debugDescription)"])
+            return nil
+        }
+        switch entry {
+        case .folder:
+            return (name, nil)
+        case .file(let f):
+            guard f.isDownloadable else {
+                // Paper and other cloud docs cannot be read with files/download: they are shown as
+                // their export (`files/export`) under the export format's name, or left out.
+                guard showExports, let format = f.exportAs else { return nil }
+                let visible = ExportName.visibleName(name, exportAs: format)
+                guard EntryName.isValid(visible) else { return nil }
+                return (visible, FileDetails(size: f.size, modified: f.clientModified, id: f.id, rev: f.rev,
+                                             contentHash: nil, isExport: true))
+            }
+            return (name, FileDetails(size: f.size, modified: f.clientModified, id: f.id, rev: f.rev,
+                                      contentHash: f.contentHash))
+        case .deleted:
+            return nil
+        }
+    }
+
+    /// The entry's path below the mounted folder, as display-case components; nil when it lies
+    /// outside the mounted folder or carries no path.
+    private func relativeComponents(_ entry: Metadata) -> [String]? {
+        guard let lower = entry.pathLower else { return nil }
+        let root = FoldedName(rootPath).bytes
+        let lowerBytes = FoldedName(lower).bytes
+        guard lowerBytes.starts(with: root) else { return nil }
+        let rest = lowerBytes.dropFirst(root.count)
+        guard rest.isEmpty || rest.first == UInt8(ascii: "/") else { return nil }
+        // Parent names come from path_display (which may have the wrong case in places), the leaf from `name`.
+        let display = entry.pathDisplay ?? lower
+        var components = display.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        let rootDepth = rootPath.split(separator: "/").count
+        guard components.count >= rootDepth else { return nil }
+        components.removeFirst(rootDepth)
+        if !components.isEmpty { components[components.count - 1] = entry.name }
+        return components
+    }
+}

@@ -1,0 +1,100 @@
+// open, read and release: a handle is pinned to the rev seen at open, and its bytes come from the
+// read engine (or, for an export, from the export's bytes).
+
+import DropboxClient
+
+extension DropboxFilesystem {
+    // MARK: - Files
+
+    /// Opens a file for reading, revalidating stale attributes first (close-to-open consistency),
+    /// and pins the handle to the current rev.
+    public func open(_ inode: InodeNumber) throws(FSError) -> OpenedFile {
+        try reporting(.open, inode: inode) { () throws(FSError) -> OpenedFile in
+            // Open sends the kernel no attributes, so it revalidates without marking the size reported.
+            let slot = try revalidate(inode)
+            if let export = try openExport(slot) { return export }
+            return try state.withLock { state throws(FSError) -> OpenedFile in
+                guard state.tree.isAlive(slot) else { throw .notFound }
+                guard let file = state.tree.details(slot) else { throw .isADirectory }
+                // The page cache is per inode. While a handle of another rev is open, its reads may
+                // still land there, so this handle bypasses the cache and keeps nothing.
+                let otherRevOpen = state.fileHandles.values.contains { $0.slot == slot && $0.rev != file.rev }
+                let unchanged = state.lastOpenedRev[slot] == file.rev && !otherRevOpen
+                state.lastOpenedRev[slot] = file.rev
+                let rev = file.rev
+                let stream = reader.open(ReadFile(id: file.id, rev: rev, size: file.size)) { [weak self] in
+                    self?.isCurrent(slot: slot, rev: rev) ?? false
+                }
+                let handle = state.addFileHandle(OpenFile(slot: slot, rev: rev, size: file.size, stream: stream))
+                return OpenedFile(handle: handle, contentUnchanged: unchanged,
+                                  kernelSizeMayBeStale: !state.tree.isSizeReported(slot) || otherRevOpen)
+            }
+        }
+    }
+
+    /// Up to `size` bytes at `offset`; fewer only at end of file, none past it.
+    public func read(_ handle: FileHandleID, offset: UInt64, size: Int) throws(FSError) -> [UInt8] {
+        try readBytes(handle, offset: offset, size: size).array
+    }
+
+    /// Like `read`, but hands over the read engine's buffers instead of a copy (the FUSE adapter
+    /// replies from them directly).
+    public func readBytes(_ handle: FileHandleID, offset: UInt64, size: Int) throws(FSError) -> FileBytes {
+        try reporting(.read, handle: handle) { () throws(FSError) -> FileBytes in
+            let file = try state.withLock { state throws(FSError) -> OpenFile in
+                guard let file = state.fileHandles[handle] else { throw .badHandle }
+                return file
+            }
+            if let exported = file.exported {
+                guard offset < UInt64(exported.count), size > 0 else { return .empty }
+                let start = Int(offset)
+                return .copying(exported[start..<min(exported.count, start + size)])
+            }
+            guard let stream = file.stream else { throw .badHandle }
+            // Bytes of a rev that is no longer current must not reach the page cache, where a newer
+            // handle of the same inode would read them; so the rev is checked before and after, and
+            // read-ahead of a superseded rev is dropped. Even an end-of-file answer is one: the reader
+            // may hold newer pages below it.
+            try ensureCurrent(file)
+            guard offset < file.size, size > 0 else { return .empty }
+            let bytes: FileBytes
+            do throws(FSError) {
+                bytes = try reader.read(stream, offset: offset, size: size)
+            } catch {
+                if error == .changedSinceOpen { reader.drop(stream) }
+                throw error
+            }
+            try ensureCurrent(file)
+            return bytes
+        }
+    }
+
+    private func isCurrent(slot: Slot, rev: String) -> Bool {
+        state.withLock { $0.tree.isAlive(slot) && $0.tree.details(slot)?.rev == rev }
+    }
+
+    private func ensureCurrent(_ file: OpenFile) throws(FSError) {
+        guard isCurrent(slot: file.slot, rev: file.rev) else {
+            if let stream = file.stream { reader.drop(stream) }
+            throw .changedSinceOpen
+        }
+    }
+
+    public func release(_ handle: FileHandleID) {
+        let stream = state.withLock { state -> ReadStream? in
+            guard let file = state.fileHandles.removeValue(forKey: handle) else { return nil }
+            // A handle of a superseded rev may have left its pages in the cache: the next open
+            // must not keep them.
+            if state.tree.details(file.slot)?.rev != file.rev { state.lastOpenedRev[file.slot] = nil }
+            return file.stream
+        }
+        if let stream { reader.close(stream) }
+    }
+
+    /// At unmount: lets downloads in flight finish into the block cache (a few seconds at most)
+    /// and forgets queued read-ahead.
+    public func stopReading() { reader.shutdown() }
+
+    /// Read-ahead memory now, its peak, and the streams holding some (for tests and logs).
+    public var readAheadUsage: (reserved: UInt64, peak: UInt64, streams: Int) { reader.budget.usage }
+}

@@ -1,0 +1,60 @@
+// The tree between mounts: loaded from a `MetadataStore` before the feed starts (then caught up
+// with `continue`), and saved when it changed.
+
+import DropboxClient
+
+extension DropboxFilesystem {
+    func loadPersistedTree() {
+        guard let saved = store?.load() else { return }
+        state.withLock { state in
+            var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
+            update.apply(saved.entries.map(metadata(for:)), to: &state.tree, notify: false)
+            // Complete but stale: answers wait for the catch-up below rather than list again.
+            state.tree.markAllFoldersComplete(at: -.infinity)
+            state.feed.cursor = saved.cursor
+            state.feed.catchingUp = true
+        }
+        logger.info("loaded saved tree", metadata: ["entries": "\(saved.entries.count)"])
+        bulkWorkDone()
+    }
+
+    /// Saves the tree and its cursor, if there is a store, a cursor, and a change since the last save. The tree is copied under
+    /// the lock (copy-on-write makes that O(1)) and walked outside it, so lookups never wait on a
+    /// save of a large tree.
+    /// Returns whether it saved.
+    @discardableResult
+    public func persist() -> Bool {
+        guard let store else { return false }
+        guard let (tree, cursor) = state.withLock({ state -> (Tree, String)? in
+            guard let cursor = state.feed.cursor, !state.feed.catchingUp, state.feed.unsaved else { return nil }
+            state.feed.unsaved = false
+            return (state.tree, cursor)
+        }) else { return false }
+        var entries: [PersistedEntry] = []
+        entries.reserveCapacity(tree.liveCount)
+        tree.walk { slot in
+            let path = tree.components(slot).map { "/" + $0 }.joined()
+            let file = tree.details(slot).map {
+                PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash,
+                              isExport: $0.isExport)
+            }
+            entries.append(PersistedEntry(path: path, file: file))
+        }
+        store.save(PersistedTree(cursor: cursor, entries: entries))
+        return true
+    }
+
+    private func metadata(for entry: PersistedEntry) -> Metadata {
+        let display = options.rootPath + entry.path
+        let name = String(entry.path.split(separator: "/").last ?? "")
+        guard let file = entry.file else {
+            return .folder(FolderMetadata(name: name, id: "", pathLower: display.lowercased(), pathDisplay: display))
+        }
+        // An export was saved under its visible name, whose extension names its format.
+        let exportAs = file.isExport ? String(name.split(separator: ".").last ?? "html") : nil
+        return .file(FileMetadata(name: name, id: file.id, pathLower: display.lowercased(), pathDisplay: display,
+                                  clientModified: file.modified, serverModified: file.modified, rev: file.rev,
+                                  size: file.size, isDownloadable: !file.isExport, contentHash: file.contentHash,
+                                  exportAs: exportAs))
+    }
+}

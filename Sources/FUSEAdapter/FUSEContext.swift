@@ -1,0 +1,29 @@
+import DropboxFS
+
+/// What the process around a mount does at the two moments only the adapter sees: FUSE's `init`
+/// (the first moment threads may start, after any daemonizing fork) and an open. `MountRuntime`
+/// implements it; the adapter knows nothing of signals, systemd or sysfs.
+public protocol MountHooks: Sendable {
+    /// FUSE's `init` has arrived: start background work (change feed, invalidation thread, ...).
+    func mountInitialized()
+    /// A file was opened (tuning that only takes once the kernel has sent INIT's reply).
+    func fileOpened()
+}
+
+/// Everything one mount's callbacks need, handed to libfuse as its userdata (never a global), so
+/// two mounts in one process share nothing by accident.
+public final class FUSEContext: Sendable {
+    public let filesystem: DropboxFilesystem
+    let hooks: any MountHooks
+
+    public init(filesystem: DropboxFilesystem, hooks: any MountHooks) {
+        self.filesystem = filesystem
+        self.hooks = hooks
+    }
+
+    /// How long the kernel may trust entries and attributes it is given now.
+    var timeouts: KernelCacheTimeouts {
+        let seconds = filesystem.kernelCacheSeconds
+        return KernelCacheTimeouts(entry: seconds, attributes: seconds, negativeEntry: seconds)
+    }
+}

@@ -1,0 +1,68 @@
+// The process around one mount: what happens at FUSE's `init` and at the first open, the stats
+// line, and the pieces a session hands it (the invalidation queue, the mount point). The FUSE
+// adapter calls in through `MountHooks`; nothing here answers a kernel request.
+
+import DropboxClient
+import DropboxFS
+import FUSEAdapter
+import Foundation
+import Logging
+import Synchronization
+
+public final class Mount: MountHooks {
+    public let filesystem: DropboxFilesystem
+    let logger: Logger
+    /// Follow Dropbox's change feed (and keep the tree in step) from FUSE's `init` on.
+    let followChanges: Bool
+    /// Set by MountSession once the session exists; started from `init`, after any daemonizing fork.
+    let invalidator = Mutex<KernelInvalidator?>(nil)
+    /// Where the session mounted; set by MountSession.
+    let mountpoint = Mutex<String?>(nil)
+    private let readaheadRaised = Atomic<Bool>(false)
+    /// Counts the filesystem's Dropbox calls, for the stats line (nil: not counted).
+    let meter: APIMeter?
+
+    public init(filesystem: DropboxFilesystem, logger: Logger, followChanges: Bool = true, meter: APIMeter? = nil) {
+        self.filesystem = filesystem
+        self.logger = logger
+        self.followChanges = followChanges
+        self.meter = meter
+    }
+
+    /// FUSE's `init`: the first moment threads may start (libfuse has forked by now, if it will).
+    public func mountInitialized() {
+        if let invalidator = invalidator.withLock({ $0 }) {
+            invalidator.start()
+            filesystem.onInvalidation { invalidator.enqueue($0) }
+        }
+        // glibc keeps freed heap mapped; a full listing frees tens of MiB at once.
+        filesystem.onBulkWorkDone { ProcessMemory.returnFreedHeap() }
+        if followChanges { filesystem.startChangeFeed() }
+        SignalWatcher(mount: self).start()
+    }
+
+    /// Raises the kernel's read-ahead for this mount, once. Done at the first open rather than
+    /// at `init`: INIT's reply would lower it again if it came after.
+    public func fileOpened() {
+        guard !readaheadRaised.exchange(true, ordering: .relaxed), let mountpoint = mountpoint.withLock({ $0 }) else { return }
+        KernelReadahead.raise(mountpoint: mountpoint, logger: logger)
+    }
+
+    /// One line saying what the mount holds and has done (SIGUSR1). Logged at notice, so it shows
+    /// at the default level.
+    func logStats() {
+        let usage = filesystem.usage
+        var metadata: Logger.Metadata = [
+            "entries": "\(usage.entries)", "tree_bytes": "\(usage.treeBytes)",
+            "rss_bytes": "\(ProcessMemory.residentBytes())", "readahead_bytes": "\(usage.readAheadBytes)",
+            "open_files": "\(usage.openFiles)", "open_dirs": "\(usage.openDirectories)",
+            "direct_reads": "\(usage.directReads)", "direct_read_bytes": "\(usage.directReadBytes)",
+        ]
+        if let meter {
+            metadata["api_calls"] = "\(meter.calls)"
+            metadata["api_failures"] = "\(meter.failures)"
+            metadata["bytes_downloaded"] = "\(meter.bytesDownloaded)"
+        }
+        logger.notice("stats", metadata: metadata)
+    }
+}

@@ -1,0 +1,82 @@
+// One FUSE session from mount to unmount: the process's side of libfuse (creating and mounting the
+// session, daemonizing, the worker loop, the orderly teardown). The requests themselves are the
+// adapter's (`FUSEAdapter.Callbacks`).
+
+import CShims
+import DropboxFS
+import FUSEAdapter
+
+public struct MountError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// The corresponding C calls are `fuse_session_new`, `fuse_session_mount`, `fuse_daemonize`,
+/// `fuse_session_loop_mt`, `fuse_session_unmount`.
+public final class MountSession {
+    private let session: OpaquePointer
+    private let mount: Mount
+    private let context: Unmanaged<FUSEContext>
+    private var mounted = false
+
+    /// Creates the session and mounts it at `mountpoint`. `mountOptions` are the `-o` options
+    /// libfuse understands (already checked by the caller); `debug` makes libfuse trace every request.
+    public init(mount: Mount, mountpoint: String, mountOptions: [String], debug: Bool) throws(MountError) {
+        ProcessMemory.useFixedMmapThreshold()
+        var arguments = ["dbx-mount", "-o", mountOptions.joined(separator: ",")]
+        if debug { arguments.append("-d") }
+        var args = fuse_args()
+        for argument in arguments { fuse_opt_add_arg(&args, argument) }
+        defer { fuse_opt_free_args(&args) }
+
+        let retained = Unmanaged.passRetained(FUSEContext(filesystem: mount.filesystem, hooks: mount))
+        var ops = Callbacks.operations()
+        guard let session = dbx_fuse_session_new(&args, &ops, retained.toOpaque()) else {
+            retained.release()
+            throw MountError(description: "libfuse refused the mount options \(mountOptions.joined(separator: ","))")
+        }
+        self.session = session
+        self.mount = mount
+        self.context = retained
+        mount.invalidator.withLock { $0 = KernelInvalidator(session: session) }
+        guard fuse_set_signal_handlers(session) == 0 else {
+            throw MountError(description: "cannot install signal handlers")
+        }
+        // After libfuse's: its SIGHUP handler would end the session; here SIGHUP drops caches.
+        SignalPipe.install()
+        guard fuse_session_mount(session, mountpoint) == 0 else {
+            throw MountError(description: "cannot mount at \(mountpoint) (is /dev/fuse available, and fusermount3 installed?)")
+        }
+        mounted = true
+        mount.mountpoint.withLock { $0 = mountpoint }
+    }
+
+    /// Detaches into the background unless `foreground`. libfuse forks here; the parent exits once
+    /// the child is ready, so no thread may have been started before this call.
+    public func daemonize(foreground: Bool) {
+        _ = fuse_daemonize(foreground ? 1 : 0)
+        // systemd learns the mount is in place (and, if we forked, which process serves it). The
+        // kernel holds requests until the loop reads them, so readiness need not wait for it.
+        SystemdNotify.send(foreground ? "READY=1" : "READY=1\nMAINPID=\(getpid())")
+    }
+
+    /// Serves requests on up to `maxThreads` worker threads until unmounted or signalled
+    /// (SIGINT, SIGTERM). Returns true for a clean exit, which includes one by signal:
+    /// libfuse then reports the signal's number, and the unmount that follows is orderly.
+    public func run(maxThreads: UInt32) -> Bool {
+        let result = dbx_fuse_session_loop_mt(session, 0, maxThreads)
+        SystemdNotify.send("STOPPING=1")
+        return result == 0 || [SIGINT, SIGTERM, SIGHUP].contains(result)
+    }
+
+    deinit {
+        mount.filesystem.stopChangeFeed()
+        mount.filesystem.stopReading()
+        mount.filesystem.persist()   // the next mount starts from this tree and catches up
+        mount.invalidator.withLock { $0 }?.stop()
+        SignalPipe.uninstall()
+        fuse_remove_signal_handlers(session)
+        if mounted { fuse_session_unmount(session) }
+        fuse_session_destroy(session)
+        context.release()
+    }
+}

@@ -1,0 +1,28 @@
+// glibc tuning for a process that moves multi-MiB buffers, and the resident-memory figure the stats
+// line reports.
+
+import CShims
+import Foundation
+
+enum ProcessMemory {
+    /// Read-ahead buffers are several MiB. glibc's dynamic mmap threshold, raised by the first
+    /// such free, would serve later ones from per-thread arenas that keep freed memory; a fixed
+    /// threshold keeps every large buffer its own mapping, returned when freed, so the process
+    /// stays within the read budget. Called before the session starts (no thread runs yet).
+    static func useFixedMmapThreshold() {
+        _ = mallopt(M_MMAP_THRESHOLD, 256 << 10)
+    }
+
+    /// Gives freed heap back to the system (after a full listing, or a save of the tree).
+    static func returnFreedHeap() {
+        _ = malloc_trim(0)
+    }
+
+    /// Resident memory, from /proc/self/statm (its second field, in pages).
+    static func residentBytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        let fields = text.split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+}

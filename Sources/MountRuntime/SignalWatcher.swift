@@ -1,0 +1,80 @@
+import DropboxFS
+import Foundation
+import Glibc
+import Logging
+
+/// SIGHUP drops the mount's caches; SIGUSR1 logs one stats line.
+///
+/// A signal handler may only do async-signal-safe things, so it writes one byte naming the signal
+/// to a pipe (the self-pipe trick), and a thread started from FUSE's `init` (after the daemonizing
+/// fork) reads the pipe and does the work. Signals belong to the process, not to a mount, so the
+/// pipe is process-wide: the only global here, and it carries no mount state.
+enum SignalPipe {
+    /// Written by `install` before any handler can run and never changed after, so the handler's
+    /// read needs no lock (and the one-time initialisation of the global has happened by then).
+    nonisolated(unsafe) static var fds: (read: Int32, write: Int32) = (-1, -1)
+
+    static let dropCaches: UInt8 = 1
+    static let logStats: UInt8 = 2
+
+    /// Installs the handlers, replacing libfuse's SIGHUP handler (which would end the session).
+    /// Call after `fuse_set_signal_handlers`. No thread is started here.
+    static func install() {
+        if fds.read < 0 {
+            var pair: [Int32] = [-1, -1]
+            guard pipe(&pair) == 0 else { return }
+            for fd in pair { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            // The reader blocks; only the handler's end must never block.
+            _ = fcntl(pair[1], F_SETFL, O_NONBLOCK)
+            fds = (pair[0], pair[1])
+        }
+        for signal in [SIGHUP, SIGUSR1] {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { signal in
+                var byte = signal == SIGHUP ? SignalPipe.dropCaches : SignalPipe.logStats
+                let saved = errno
+                _ = write(SignalPipe.fds.write, &byte, 1)   // a full pipe just drops the request
+                errno = saved
+            }
+            sigemptyset(&action.sa_mask)
+            action.sa_flags = SA_RESTART
+            sigaction(signal, &action, nil)
+        }
+    }
+
+    /// Puts SIGHUP and SIGUSR1 back to their defaults (at unmount).
+    static func uninstall() {
+        signal(SIGHUP, SIG_DFL)
+        signal(SIGUSR1, SIG_DFL)
+    }
+}
+
+/// The thread that acts on signals for one mount.
+final class SignalWatcher: Sendable {
+    private let mount: Mount
+
+    init(mount: Mount) { self.mount = mount }
+
+    /// Started from FUSE's `init`. It lives as long as the process: a blocked `read` has nothing
+    /// to clean up, and at unmount the process exits.
+    func start() {
+        guard SignalPipe.fds.read >= 0 else { return }
+        let thread = Thread { [self] in run() }
+        thread.name = "dbx-signals"
+        thread.start()
+    }
+
+    private func run() {
+        var byte: UInt8 = 0
+        while true {
+            let count = read(SignalPipe.fds.read, &byte, 1)
+            if count < 0 && errno == EINTR { continue }
+            guard count == 1 else { return }
+            switch byte {
+            case SignalPipe.dropCaches: mount.filesystem.dropCaches()
+            case SignalPipe.logStats: mount.logStats()
+            default: break
+            }
+        }
+    }
+}

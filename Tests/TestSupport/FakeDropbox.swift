@@ -1,0 +1,337 @@
+import DropboxClient
+import DropboxFS
+import Foundation
+import Synchronization
+
+/// An in-memory Dropbox for core tests: a tree of files and folders, paged listings, ranged
+/// downloads by path or rev, call counters, and switches to inject failures.
+public final class FakeDropbox: DropboxAPI {
+    public struct Item {
+        public var displayPath: String
+        public var isFolder: Bool
+        public var content: [UInt8] = []
+        public var rev: String = "0123456789"
+        public var modified: Int64 = 1_700_000_000
+        public var downloadable = true
+    }
+
+    public struct Counters: Equatable {
+        public var recursiveListFolder = 0
+        public var listFolder = 0
+        public var listContinue = 0
+        public var metadata = 0
+        public var download = 0
+        public var spaceUsage = 0
+        public var exports = 0
+    }
+
+    private struct Contents {
+        var items: [String: Item] = [:]   // keyed by lowercased path
+        var counters = Counters()
+        var failure: DropboxError?
+        var revCounter = 0x10_0000_0000
+        var rawEntries: [String: [Metadata]] = [:]   // hostile listings injected as-is
+        /// Every change, in order, as `continue` on a feed cursor reports it.
+        var journal: [Metadata] = []
+        /// Feed cursors of an earlier epoch answer `reset`.
+        var epoch = 0
+        var longpolls = 0
+        /// Every download's range, in order (issue 6).
+        var downloadRanges: [Range<UInt64>] = []
+        var downloadedBytes: UInt64 = 0
+        /// Each entry cuts one coming streamed download after that many bytes.
+        var cuts: [Int] = []
+        var downloadLatency = 0.0
+    }
+
+    private let contents = Mutex(Contents())
+    public let pageSize: Int
+    /// Called inside `listFolder`, before answering: lets a test hold a listing in flight.
+    public let listingGate: (@Sendable () -> Void)?
+    public let recursiveGate: (@Sendable () -> Void)?
+
+    public init(pageSize: Int = 100, listingGate: (@Sendable () -> Void)? = nil,
+         recursiveGate: (@Sendable () -> Void)? = nil) {
+        self.pageSize = pageSize
+        self.listingGate = listingGate
+        self.recursiveGate = recursiveGate
+    }
+
+    public var counters: Counters { contents.withLock { $0.counters } }
+
+    public func fail(with error: DropboxError?) { contents.withLock { $0.failure = error } }
+
+    public func addFolder(_ path: String) {
+        contents.withLock { c in
+            let item = Item(displayPath: path, isFolder: true)
+            c.items[path.lowercased()] = item
+            c.journal.append(metadata(item))
+        }
+    }
+
+    /// Appends raw entries to the change journal, as `continue` will report them.
+    public func journal(_ entries: [Metadata]) {
+        contents.withLock { $0.journal.append(contentsOf: entries) }
+    }
+
+    /// Makes every feed cursor handed out so far answer `reset`.
+    public func resetCursors() {
+        contents.withLock { $0.epoch += 1 }
+    }
+
+    /// Changes the tree without telling the journal (what a reset must discover).
+    public func silentlyRemove(_ path: String) {
+        contents.withLock { c in
+            let key = path.lowercased()
+            c.items = c.items.filter { $0.key != key && !$0.key.hasPrefix(key + "/") }
+        }
+    }
+
+    /// Adds or replaces a file; every write gets a new rev, as Dropbox gives.
+    public func addFile(_ path: String, _ content: [UInt8], modified: Int64 = 1_700_000_000, downloadable: Bool = true) {
+        contents.withLock { c in
+            c.revCounter += 1
+            let item = Item(displayPath: path, isFolder: false, content: content,
+                            rev: String(c.revCounter, radix: 16), modified: modified, downloadable: downloadable)
+            c.items[path.lowercased()] = item
+            c.journal.append(metadata(item))
+        }
+    }
+
+    public func remove(_ path: String) {
+        contents.withLock { c in
+            let key = path.lowercased()
+            c.items = c.items.filter { $0.key != key && !$0.key.hasPrefix(key + "/") }
+            let name = String(path.split(separator: "/").last ?? "")
+            c.journal.append(.deleted(DeletedMetadata(name: name, pathLower: key, pathDisplay: path)))
+        }
+    }
+
+    /// Makes the listing of `folder` return exactly these entries.
+    public func injectListing(_ folder: String, _ entries: [Metadata]) {
+        contents.withLock { $0.rawEntries[folder.lowercased()] = entries }
+    }
+
+    private func metadata(_ item: Item) -> Metadata {
+        let name = String(item.displayPath.split(separator: "/").last ?? "")
+        let lower = item.displayPath.lowercased()
+        if item.isFolder {
+            return .folder(FolderMetadata(name: name, id: "id:" + lower, pathLower: lower, pathDisplay: item.displayPath))
+        }
+        return .file(FileMetadata(name: name, id: "id:" + lower, pathLower: lower, pathDisplay: item.displayPath,
+                                  clientModified: item.modified, serverModified: item.modified, rev: item.rev,
+                                  size: UInt64(item.content.count), isDownloadable: item.downloadable,
+                                  contentHash: String(repeating: "a", count: 64),
+                                  exportAs: item.downloadable ? nil : "html"))
+    }
+
+    private func checkFailure() throws(DropboxError) {
+        if let failure = contents.withLock({ $0.failure }) { throw failure }
+    }
+
+    public func currentAccount() throws(DropboxError) -> Account {
+        try checkFailure()
+        return Account(accountID: "dbid:fake", displayName: "Fake", email: "fake@example.com",
+                       rootNamespaceID: "1", homeNamespaceID: "1")
+    }
+
+    public func spaceUsage() throws(DropboxError) -> SpaceUsage {
+        try checkFailure()
+        contents.withLock { $0.counters.spaceUsage += 1 }
+        return SpaceUsage(used: 1 << 30, allocated: 2 << 30)
+    }
+
+    public func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage {
+        if recursive { recursiveGate?() } else { listingGate?() }
+        try checkFailure()
+        let key = path.lowercased()
+        if recursive {
+            let (entries, position, epoch) = contents.withLock { c -> ([Metadata], Int, Int) in
+                c.counters.recursiveListFolder += 1
+                let below = c.items.values
+                    .filter { $0.displayPath.lowercased() == key || $0.displayPath.lowercased().hasPrefix(key + "/") }
+                    .sorted { $0.displayPath.lowercased() < $1.displayPath.lowercased() }
+                    .map(metadata)
+                return (below, c.journal.count, c.epoch)
+            }
+            return page(entries, from: 0, feedPosition: "\(epoch):\(position)")
+        }
+        let entries = try contents.withLock { c throws(DropboxError) -> [Metadata] in
+            c.counters.listFolder += 1
+            if let raw = c.rawEntries[key] { return raw }
+            if !key.isEmpty {
+                guard let folder = c.items[key] else { throw .route(tags: ["path", "not_found"], summary: "path/not_found/") }
+                guard folder.isFolder else { throw .route(tags: ["path", "not_folder"], summary: "path/not_folder/") }
+            }
+            return c.items.values
+                .filter { item in
+                    let lower = item.displayPath.lowercased()
+                    return lower.hasPrefix(key + "/") && !lower.dropFirst(key.count + 1).contains("/")
+                }
+                .sorted { $0.displayPath < $1.displayPath }
+                .map(metadata)
+        }
+        return page(entries, from: 0)
+    }
+
+    /// A page of `entries`; the last page of a recursive listing carries a feed cursor.
+    private func page(_ entries: [Metadata], from start: Int, feedPosition: String? = nil) -> ListFolderPage {
+        let end = min(entries.count, start + pageSize)
+        let hasMore = end < entries.count
+        let cursor: String
+        if !hasMore, let feedPosition {
+            cursor = "feed:\(feedPosition)"
+        } else {
+            cursor = UUID().uuidString
+            pendingPages.withLock { $0[cursor] = (entries, end, feedPosition) }
+        }
+        return ListFolderPage(entries: Array(entries[start..<end]), cursor: cursor, hasMore: hasMore)
+    }
+
+    private let pendingPages = Mutex<[String: ([Metadata], Int, String?)]>([:])
+
+    /// "feed:EPOCH:POSITION" → the journal position, or `reset` for an old epoch.
+    private func feedPosition(_ cursor: String) throws(DropboxError) -> Int? {
+        let parts = cursor.split(separator: ":")
+        guard parts.count == 3, parts[0] == "feed", let epoch = Int(parts[1]), let position = Int(parts[2]) else { return nil }
+        if epoch != contents.withLock({ $0.epoch }) { throw .route(tags: ["reset"], summary: "reset/..") }
+        return position
+    }
+
+    public func listFolderContinue(cursor: String) throws(DropboxError) -> ListFolderPage {
+        try checkFailure()
+        contents.withLock { $0.counters.listContinue += 1 }
+        if let position = try feedPosition(cursor) {
+            let changes = contents.withLock { c in Array(c.journal[min(position, c.journal.count)...]) }
+            let taken = Array(changes.prefix(pageSize))
+            let epoch = contents.withLock { $0.epoch }
+            return ListFolderPage(entries: taken, cursor: "feed:\(epoch):\(position + taken.count)",
+                                  hasMore: taken.count < changes.count)
+        }
+        guard let (entries, next, feed) = pendingPages.withLock({ $0[cursor] }) else {
+            throw .route(tags: ["reset"], summary: "reset/")
+        }
+        return page(entries, from: next, feedPosition: feed)
+    }
+
+    public func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String {
+        contents.withLock { "feed:\($0.epoch):\($0.journal.count)" }
+    }
+
+    public func longpoll(cursor: String, timeout: Int) throws(DropboxError) -> LongpollResult {
+        try checkFailure()
+        guard let position = try feedPosition(cursor) else { throw .route(tags: ["reset"], summary: "reset/") }
+        let changed = contents.withLock { c in
+            c.longpolls += 1
+            return c.journal.count > position
+        }
+        if !changed { Thread.sleep(forTimeInterval: 0.02) }   // a real longpoll blocks; don't spin
+        return LongpollResult(changes: changed, backoff: nil)
+    }
+
+    public func metadata(path: String) throws(DropboxError) -> Metadata {
+        try checkFailure()
+        return try contents.withLock { c throws(DropboxError) -> Metadata in
+            c.counters.metadata += 1
+            guard let item = c.items[path.lowercased()] else { throw .route(tags: ["path", "not_found"], summary: "path/not_found/") }
+            return metadata(item)
+        }
+    }
+
+    // MARK: Downloads (issue 6)
+
+    /// Ranges downloaded so far, in order, and their total bytes.
+    public var downloadRanges: [Range<UInt64>] { contents.withLock { $0.downloadRanges } }
+    public var downloadedBytes: UInt64 { contents.withLock { $0.downloadedBytes } }
+
+    /// Seconds each download waits before its first byte, as a link's round trip would.
+    public func setDownloadLatency(_ seconds: Double) { contents.withLock { $0.downloadLatency = seconds } }
+
+    /// Cuts the next streamed downloads short, one per entry, after that many bytes, with a
+    /// transport error (what a dropped connection looks like once the client gave up).
+    public func cutShort(after bytes: [Int]) { contents.withLock { $0.cuts.append(contentsOf: bytes) } }
+
+    /// Streams in 64 KiB chunks, so a reader can be served before the whole range has arrived.
+    public func download(path: String, range: Range<UInt64>,
+                  into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
+        let latency = contents.withLock { $0.downloadLatency }
+        if latency > 0 { Thread.sleep(forTimeInterval: latency) }
+        let bytes = try download(path: path, range: range)
+        let cut = contents.withLock { $0.cuts.isEmpty ? nil : $0.cuts.removeFirst() }
+        let limit = min(bytes.count, cut ?? .max)
+        var sent = 0
+        while sent < limit {
+            let chunk = min(64 << 10, limit - sent)
+            let more = bytes.withUnsafeBytes { consumer(UnsafeRawBufferPointer(rebasing: $0[sent..<(sent + chunk)])) }
+            sent += chunk
+            if !more { return UInt64(sent) }
+        }
+        if limit < bytes.count { throw .transport(code: 18, message: "cut short after \(limit) bytes") }
+        return UInt64(sent)
+    }
+
+    /// A document's export is its content with an "exported:" prefix, so reads can tell them apart.
+    public func export(path: String, format: String?) throws(DropboxError) -> ExportedFile {
+        try checkFailure()
+        return try contents.withLock { c throws(DropboxError) -> ExportedFile in
+            c.counters.exports += 1
+            guard let item = c.items.values.first(where: { "id:" + $0.displayPath.lowercased() == path }), !item.isFolder else {
+                throw .route(tags: ["path", "not_found"], summary: "path/not_found/")
+            }
+            guard !item.downloadable else { throw .route(tags: ["non_exportable"], summary: "non_exportable/") }
+            return ExportedFile(name: "export.html", bytes: Array("exported:".utf8) + item.content)
+        }
+    }
+
+    public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
+        try checkFailure()
+        return try contents.withLock { c throws(DropboxError) -> [UInt8] in
+            c.counters.download += 1
+            c.downloadRanges.append(range)
+            let item: Item?
+            if path.hasPrefix("rev:") {
+                let rev = String(path.dropFirst(4))
+                item = c.items.values.first { $0.rev == rev && !$0.isFolder }
+            } else {
+                item = c.items[path.lowercased()]
+            }
+            guard let item else { throw .route(tags: ["path", "not_found"], summary: "path/not_found/") }
+            guard !item.isFolder else { throw .route(tags: ["path", "not_file"], summary: "path/not_file/") }
+            let size = UInt64(item.content.count)
+            guard range.lowerBound < size else { return [] }
+            c.downloadedBytes += min(range.upperBound, size) - range.lowerBound
+            return Array(item.content[Int(range.lowerBound)..<Int(min(range.upperBound, size))])
+        }
+    }
+}
+
+/// A clock a test moves by hand.
+public final class ManualClock: Sendable {
+    public init() {}
+    private let seconds = Mutex(0.0)
+    public func advance(by delta: Double) { seconds.withLock { $0 += delta } }
+    public var now: @Sendable () -> Double { { [self] in seconds.withLock { $0 } } }
+}
+
+/// A `MetadataStore` in memory, to test remounts.
+public final class InMemoryStore: MetadataStore {
+    public init() {}
+    public let saved = Mutex<PersistedTree?>(nil)
+    public let saves = Mutex(0)
+    public func load() -> PersistedTree? { saved.withLock { $0 } }
+    public func save(_ tree: PersistedTree) {
+        saved.withLock { $0 = tree }
+        saves.withLock { $0 += 1 }
+    }
+    public func clear() { saved.withLock { $0 = nil } }
+}
+
+/// Polls `condition` until it holds or `seconds` pass.
+public func eventually(within seconds: Double = 5, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: 0.01)
+    }
+    return try condition()
+}
