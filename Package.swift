@@ -56,6 +56,16 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // Dropbox's thumbnails in the freedesktop.org thumbnail cache, where file managers look
+        // before they read an image: implements the core's ThumbnailStore.
+        .target(
+            name: "ThumbnailCache",
+            dependencies: [
+                "DropboxFS",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         // Thin FUSE low-level adapter: unpacks C arguments, calls the core, replies exactly once; the
         // errno table and the kernel-notification seam. Nothing about the process around a mount.
         .target(
@@ -74,16 +84,19 @@ let package = Package(
         .executableTarget(
             name: "DBXMount",
             dependencies: [
-                "MountRuntime", "DropboxFS", "DropboxClient", "CurlTransport", "MetadataCache",
+                "MountRuntime", "DropboxFS", "DropboxClient", "CurlTransport", "MetadataCache", "ThumbnailCache",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // The system libgd (libgd-dev), for the emulator's thumbnails only.
+        .systemLibrary(name: "CGD", path: "Sources/CGD", providers: [.apt(["libgd-dev"])]),
         // The Dropbox emulator: serves a local directory as the Dropbox API v2 subset.
         .target(
             name: "DropboxEmulator",
             dependencies: [
+                "CGD",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -111,6 +124,7 @@ let package = Package(
         // The emulator's tests speak raw HTTP to it: they need no fake.
         .testTarget(name: "DropboxEmulatorTests", dependencies: ["DropboxEmulator"]),
         .testTarget(name: "MetadataCacheTests", dependencies: ["MetadataCache", "DropboxFS", "CSQLite", "TestSupport"]),
+        .testTarget(name: "ThumbnailCacheTests", dependencies: ["ThumbnailCache", "DropboxFS", "TestSupport"]),
         .testTarget(name: "FUSEAdapterTests", dependencies: ["FUSEAdapter", "DropboxFS", "DropboxClient", "TestSupport"]),
         .testTarget(name: "MountRuntimeTests", dependencies: ["MountRuntime", "DropboxFS", "TestSupport"]),
     ]

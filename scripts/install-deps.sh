@@ -3,7 +3,7 @@
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
-packages=(fuse3 libfuse3-dev libcurl4-openssl-dev libsqlite3-dev attr man-db groff-base curl python3 python3-pip)
+packages=(fuse3 libfuse3-dev libcurl4-openssl-dev libsqlite3-dev libgd-dev attr man-db groff-base curl python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -32,6 +32,9 @@ public protocol DropboxAPI: Sendable {
     /// `files/export` of a file Dropbox cannot download (`is_downloadable=false`); `format` nil
     /// uses its `export_as`. The default (Export.swift) answers `non_exportable`.
     func export(path: String, format: String?) throws(DropboxError) -> ExportedFile
+    /// `files/get_thumbnail_batch`: one outcome per request, in order, at most `maxThumbnailBatch`
+    /// requests. The default (Thumbnails.swift) answers every entry `unsupported_extension`.
+    func thumbnails(_ requests: [ThumbnailRequest]) throws(DropboxError) -> [ThumbnailOutcome]
 }
 
 extension DropboxAPI {

@@ -77,16 +77,17 @@ public final class DropboxHTTPClient: DropboxAPI {
         return headers
     }
 
-    /// An RPC call: POST JSON to the api host, 200 with a JSON body. `arg` nil is a Void argument,
-    /// sent as `null` as py does.
-    func rpc(_ route: String, _ arg: JSONValue?) throws(DropboxError) -> [UInt8] {
+    /// An RPC call: POST JSON to the api host (or `host`: get_thumbnail_batch is an RPC on the
+    /// content host), 200 with a JSON body. `arg` nil is a Void argument, sent as `null` as py does.
+    func rpc(_ route: String, _ arg: JSONValue?, host: String? = nil,
+             maxResponseBytes: Int = DropboxHTTPClient.maxRPCResponseBytes) throws(DropboxError) -> [UInt8] {
         let body = Array(JSONWriter.encode(arg ?? .null).utf8)
-        let url = endpoints.url(endpoints.api, route: route)
+        let url = endpoints.url(host ?? endpoints.api, route: route)
         return try perform(route: route, auth: true, accept: [200]) { token throws(DropboxError) in
             var headers = try commonHeaders(token: token)
             headers.append(("Content-Type", "application/json"))
             return HTTPRequest(method: .post, url: url, headers: headers, body: body, timeout: requestTimeout,
-                               maxResponseBytes: Self.maxRPCResponseBytes)
+                               maxResponseBytes: maxResponseBytes)
         }.body
     }
 }

@@ -9,6 +9,7 @@
 // - `Sync/`: the change feed that keeps the tree in step with Dropbox, and the tree's persistence.
 // - `Reading/`: open handles and the read engine (read-ahead, memory budget, block cache).
 // - `Exports/`: documents Dropbox cannot download, read as their exports.
+// - `Thumbnails/`: Dropbox's thumbnails of a folder's images, put in a thumbnail cache.
 // - `Errors/`: `FSError`, and the one boundary where a failed operation is logged.
 //
 // How metadata stays both cheap and right.
@@ -50,10 +51,14 @@ public final class DropboxFilesystem: Sendable {
     let exports = ExportCache(capacity: 64 << 20)
     /// Reads file contents: read-ahead, the memory budget, the block cache (`Reading/`).
     let reader: ReadEngine
+    /// Puts Dropbox's thumbnails of a folder's images in a thumbnail cache (`Thumbnails/`); nil
+    /// unless the mount asked for thumbnails.
+    let thumbnailer: Thumbnailer?
 
     public init(api: any DropboxAPI, options: FilesystemOptions, folderModified: Int64,
                 now: @escaping MonotonicSeconds = SystemClock.monotonic,
-                logger: Logger = Logger(label: "dbx-mount.fs"), store: (any MetadataStore)? = nil) {
+                logger: Logger = Logger(label: "dbx-mount.fs"), store: (any MetadataStore)? = nil,
+                thumbnails: (any ThumbnailStore)? = nil) {
         self.api = api
         self.options = options
         self.now = now
@@ -62,6 +67,7 @@ public final class DropboxFilesystem: Sendable {
         self.state = Mutex(State())
         self.store = store
         self.reader = ReadEngine(api: api, options: options.readAhead, logger: logger)
+        self.thumbnailer = thumbnails.map { Thumbnailer(api: api, store: $0, options: options.thumbnails, logger: logger) }
     }
 
     /// Where changes the kernel must forget are sent (the FUSE adapter's invalidation queue).

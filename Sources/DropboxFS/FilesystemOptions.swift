@@ -16,6 +16,8 @@ public struct FilesystemOptions: Sendable {
     /// Show documents Dropbox cannot download (Paper and other cloud docs) as their export, read
     /// through `files/export`; when false they are left out.
     public var showExports = true
+    /// How thumbnails are fetched, when the mount keeps them (`--thumbnails`).
+    public var thumbnails = ThumbnailOptions()
 
     public init(rootPath: String = "", metadataTTL: Duration = .seconds(60), uid: UInt32 = 0,
                 gid: UInt32 = 0, umask: UInt32? = nil, caseInsensitive: Bool = false) {

@@ -23,12 +23,16 @@ public final class FakeDropbox: DropboxAPI {
         public var download = 0
         public var spaceUsage = 0
         public var exports = 0
+        /// `get_thumbnail_batch` calls, and the entries they asked for.
+        public var thumbnailCalls = 0
+        public var thumbnailEntries = 0
     }
 
     private struct Contents {
         var items: [String: Item] = [:]   // keyed by lowercased path
         var counters = Counters()
         var failure: DropboxError?
+        var thumbnailFailure: DropboxError?
         var revCounter = 0x10_0000_0000
         var rawEntries: [String: [Metadata]] = [:]   // hostile listings injected as-is
         /// Every change, in order, as `continue` on a feed cursor reports it.
@@ -60,6 +64,9 @@ public final class FakeDropbox: DropboxAPI {
     public var counters: Counters { contents.withLock { $0.counters } }
 
     public func fail(with error: DropboxError?) { contents.withLock { $0.failure = error } }
+
+    /// Makes `thumbnails` alone fail with `error` (nil: answer again).
+    public func failThumbnails(with error: DropboxError?) { contents.withLock { $0.thumbnailFailure = error } }
 
     public func addFolder(_ path: String) {
         contents.withLock { c in
@@ -281,6 +288,38 @@ public final class FakeDropbox: DropboxAPI {
             guard !item.downloadable else { throw .route(tags: ["non_exportable"], summary: "non_exportable/") }
             return ExportedFile(name: "export.html", bytes: Array("exported:".utf8) + item.content)
         }
+    }
+
+    /// A file whose content starts with "IMG" is an image: its thumbnail is a tiny PNG-shaped blob
+    /// naming the rev, size and mode asked. Anything else is `unsupported_image`; no such rev is
+    /// `path/not_found`. At most 25 entries, as Dropbox allows.
+    public func thumbnails(_ requests: [ThumbnailRequest]) throws(DropboxError) -> [ThumbnailOutcome] {
+        try checkFailure()
+        if let failure = contents.withLock({ $0.thumbnailFailure }) { throw failure }
+        guard requests.count <= maxThumbnailBatch else {
+            throw .route(tags: ["too_many_files"], summary: "too_many_files/")
+        }
+        return contents.withLock { c -> [ThumbnailOutcome] in
+            c.counters.thumbnailCalls += 1
+            c.counters.thumbnailEntries += requests.count
+            return requests.map { request -> ThumbnailOutcome in
+                let rev = request.path.hasPrefix("rev:") ? String(request.path.dropFirst(4)) : ""
+                guard let item = c.items.values.first(where: { $0.rev == rev && !$0.isFolder }) else {
+                    return .failed(["path", "not_found"])
+                }
+                guard item.content.starts(with: Array("IMG".utf8)) else { return .failed(["unsupported_image"]) }
+                return .image(FakeDropbox.thumbnail(rev: rev, size: request.size, mode: request.mode))
+            }
+        }
+    }
+
+    /// The thumbnail `thumbnails` returns: a PNG signature and IHDR chunk, then the rev, size and mode.
+    public static func thumbnail(rev: String, size: ThumbnailSize, mode: ThumbnailMode) -> [UInt8] {
+        let ihdr: [UInt8] = [0, 0, 0, 13] + Array("IHDR".utf8) + [0, 0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0] + [0, 0, 0, 0]
+        let note = Array("\(rev) \(size.rawValue) \(mode.rawValue)".utf8)
+        let text: [UInt8] = [0, 0, 0, UInt8(note.count + 5)] + Array("tEXt".utf8) + Array("Note".utf8) + [0] + note + [0, 0, 0, 0]
+        let iend: [UInt8] = [0, 0, 0, 0] + Array("IEND".utf8) + [0xAE, 0x42, 0x60, 0x82]
+        return [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + ihdr + text + iend
     }
 
     public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {

@@ -6,6 +6,7 @@ import Foundation
 import Logging
 import MetadataCache
 import MountRuntime
+import ThumbnailCache
 
 /// `dbx-mount [mount] [OPTIONS] [SOURCE] MOUNTPOINT`: the default subcommand, so mount.fuse3 and
 /// fstab keep calling `dbx-mount SOURCE MOUNTPOINT -o ...` unchanged.
@@ -16,7 +17,7 @@ struct MountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -78,6 +79,13 @@ struct MountCommand: ParsableCommand {
 
     @Flag(help: "Keep no persistent metadata cache: every mount lists the whole folder again.")
     var noCache = false
+
+    @Flag(help: "Put Dropbox's thumbnails of a folder's images in the freedesktop thumbnail cache when the folder is listed, so file managers show previews without downloading the photos (recommended for desktop use; a few calls per folder of images).")
+    var thumbnails = false
+
+    @Option(help: ArgumentHelp("The thumbnail cache to fill (default: $XDG_CACHE_HOME/thumbnails or ~/.cache/thumbnails of the user the files are shown to).",
+                               valueName: "path"))
+    var thumbnailDir: String?
 
     @OptionGroup(title: "Reading") var readOptions: ReadOptions
 
@@ -196,8 +204,13 @@ struct MountCommand: ParsableCommand {
             key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
                 + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
         let meter = APIMeter()
+        let thumbnailStore = thumbnails || options.settings["thumbnails"] != nil
+            ? try thumbnailCache(mountpoint: mountpoint, uid: filesystemOptions.uid, gid: filesystemOptions.gid,
+                                 options: options, environment: environment, logger: logger)
+            : nil
         let filesystem = DropboxFilesystem(api: MeteredDropboxAPI(mountedClient, meter: meter), options: filesystemOptions,
-                                   folderModified: Int64(time(nil)), logger: logger, store: store)
+                                   folderModified: Int64(time(nil)), logger: logger, store: store,
+                                   thumbnails: thumbnailStore)
         let mount = Mount(filesystem: filesystem, logger: logger, meter: meter)
 
         var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]
@@ -223,6 +236,32 @@ struct MountCommand: ParsableCommand {
         }
         session.daemonize(foreground: foreground)
         return session.run(maxThreads: 16) ? 0 : 1
+    }
+
+    /// The freedesktop thumbnail cache of the user the files are shown to: the mounting user's, or,
+    /// when root mounts with `-o uid=` for someone else, that user's (and the files are theirs).
+    private func thumbnailCache(mountpoint: String, uid: UInt32, gid: UInt32, options: MountOptionList,
+                                environment: [String: String], logger: Logger) throws(UsageError) -> FreedesktopThumbnailStore {
+        guard let resolved = realpath(mountpoint, nil) else { throw UsageError("cannot resolve mount point \(mountpoint)") }
+        let absolute = String(cString: resolved)
+        free(resolved)
+        let forAnotherUser = uid != getuid()
+        var directory = thumbnailDir ?? options.settings["thumbnail_dir"]
+        if directory == nil {
+            if forAnotherUser, let entry = getpwuid(uid) {
+                directory = String(cString: entry.pointee.pw_dir) + "/.cache/thumbnails"
+            } else if let home = environment["HOME"], home.hasPrefix("/") {
+                directory = FreedesktopThumbnailStore.defaultDirectory(environment: environment, home: home)
+            } else if let entry = getpwuid(getuid()) {
+                directory = FreedesktopThumbnailStore.defaultDirectory(environment: environment,
+                                                                      home: String(cString: entry.pointee.pw_dir))
+            }
+        }
+        guard let directory, directory.hasPrefix("/") else {
+            throw UsageError("--thumbnails needs a thumbnail directory: pass --thumbnail-dir (or -o thumbnail_dir=) as an absolute path")
+        }
+        return FreedesktopThumbnailStore(directory: directory, mountPoint: absolute,
+                                         owner: forAnotherUser && getuid() == 0 ? (uid, gid) : nil, logger: logger)
     }
 
     /// `[SOURCE] MOUNTPOINT`, with SOURCE normalised to Dropbox's form ("" or "/a/b").

@@ -56,15 +56,27 @@ extension DropboxFilesystem {
         try reporting(.opendir, inode: inode) { () throws(FSError) -> FileHandleID in
             guard let folder = Slot(inode) else { throw .notFound }
             try ensureFreshListing(of: folder)
-            return try state.withLock { state throws(FSError) -> FileHandleID in
+            let (handle, images) = try state.withLock { state throws(FSError) -> (FileHandleID, [ThumbnailTarget]) in
                 let tree = state.tree
                 guard tree.isAlive(folder) else { throw .notFound }
                 guard tree.isDirectory(folder) else { throw .notADirectory }
                 var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
                 for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
-                return state.addDirectoryHandle(entries)
+                let images = thumbnailer == nil ? [] : tree.children(of: folder).compactMap { thumbnailTarget($0, in: tree) }
+                return (state.addDirectoryHandle(entries), images)
             }
+            // Before the listing is answered: a file manager looks for thumbnails right after it.
+            thumbnailer?.prepare(images)
+            return handle
         }
+    }
+
+    /// What the thumbnail cache needs of `slot`, if it is an image Dropbox can thumbnail.
+    func thumbnailTarget(_ slot: Slot, in tree: Tree) -> ThumbnailTarget? {
+        guard let file = tree.details(slot), !file.isExport,
+              let mimeType = ThumbnailableImage.mimeType(name: tree.name(slot), size: file.size) else { return nil }
+        return ThumbnailTarget(id: file.id, rev: file.rev, relativePath: tree.components(slot).map { "/" + $0 }.joined(),
+                               size: file.size, modified: file.modified, mimeType: mimeType)
     }
 
     /// Entries of an open directory from `offset` (an index into the snapshot) on, with attributes

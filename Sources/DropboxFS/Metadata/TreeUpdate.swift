@@ -9,6 +9,9 @@ struct TreeUpdate {
     var invalidations: [KernelInvalidation] = []
     /// Slots written by the batch (a fill collects them to find what vanished).
     var touched: Set<Slot>?
+    /// Files whose content changed (a new rev) or that were added, for the thumbnailer to refresh
+    /// those it had thumbnails of.
+    var changedFiles: [Slot] = []
 
     /// Whether documents Dropbox cannot download appear as their exports.
     let showExports: Bool
@@ -108,12 +111,14 @@ struct TreeUpdate {
         case .added:
             invalidations.append(.entry(parent: parent.inode, name: name))
             invalidations.append(.inode(parent.inode))
+            // A file replaced by deleting and adding it is new content at a known path too.
+            changedFiles.append(slot)
         case .updated(let contentChanged, let renamedFrom):
             if let old = renamedFrom {
                 invalidations.append(.entry(parent: parent.inode, name: old))
                 invalidations.append(.inode(parent.inode))
             }
-            _ = contentChanged
+            if contentChanged { changedFiles.append(slot) }
             invalidations.append(.inode(slot.inode))
         }
     }

@@ -13,7 +13,7 @@
 // so rounding further would only multiply bytes for random readers (4 KiB reads rounded to
 // 128 KiB download 32 times what they return).
 //
-// Threads. Parts are fetched by a small fixed pool (`ReadWorkers`); the part a waiting reader
+// Threads. Parts are fetched by a small fixed pool (`WorkerPool`); the part a waiting reader
 // needs goes before read-ahead. A FUSE read blocks only until the bytes it asked for have arrived,
 // then hands the buffers themselves to the adapter (`FileBytes`), which replies without a copy.
 // Reads that fit nowhere in the budget (or are random) download on the FUSE thread itself, which
@@ -102,7 +102,7 @@ final class ReadEngine: Sendable {
     let api: any DropboxAPI
     let options: ReadAheadOptions
     let budget: ReadBudget
-    let workers: ReadWorkers
+    let workers: WorkerPool
     let cache: BlockCache?
     let logger: Logger
     /// How far behind a stream a late read may land and still leave the stream alone, and how far
@@ -129,7 +129,7 @@ final class ReadEngine: Sendable {
         self.options = options
         self.logger = logger
         budget = ReadBudget(capacity: options.memoryBudget - Self.directReadReserve(of: options.memoryBudget))
-        workers = ReadWorkers(limit: options.connections)
+        workers = WorkerPool(name: "dbx-read", limit: options.connections)
         cache = options.blockCacheDirectory.map { BlockCache(directory: $0, capacity: options.blockCacheBytes, logger: logger) }
     }
 

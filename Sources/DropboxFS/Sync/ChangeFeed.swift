@@ -136,13 +136,17 @@ extension DropboxFilesystem {
 
     private func applyBatch(_ entries: [Metadata], update: inout TreeUpdate, notify: Bool,
                             newFoldersListedAt: Double? = nil) {
-        let invalidations = state.withLock { state -> [KernelInvalidation] in
+        let (invalidations, rewritten) = state.withLock { state -> ([KernelInvalidation], [ThumbnailTarget]) in
             update.invalidations = []
+            update.changedFiles = []
             if !entries.isEmpty { state.feed.unsaved = true }
             update.apply(entries, to: &state.tree, notify: notify, newFoldersListedAt: newFoldersListedAt)
-            return update.invalidations
+            let rewritten = thumbnailer == nil ? [] : update.changedFiles.compactMap { thumbnailTarget($0, in: state.tree) }
+            return (update.invalidations, rewritten)
         }
         invalidate(invalidations)
+        // A rewritten image gets thumbnails of its new rev, so a file manager's stay valid.
+        if !rewritten.isEmpty { thumbnailer?.refresh(rewritten) }
     }
 
     private func setFeed(live: Bool) {

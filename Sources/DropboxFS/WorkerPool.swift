@@ -1,15 +1,16 @@
-// The threads that fetch read-ahead parts: a small fixed pool, not a `Task` or a thread per
-// request. Each worker runs one blocking download at a time (libcurl on the calling thread, one
-// pooled connection), so the pool size is also the number of parallel Range requests a mount makes
-// for read-ahead. Threads start on first use, which is after libfuse's daemonizing fork, and leave
+// A small fixed pool of threads for blocking Dropbox calls, not a `Task` or a thread per request:
+// the read engine fetches its parts with one, the thumbnailer its batches with another. Each
+// worker runs one blocking call at a time (libcurl on the calling thread, one pooled connection),
+// so the pool size is also the number of parallel requests its user makes. Threads start on first use, which is after libfuse's daemonizing fork, and leave
 // after a while without work (a test's engines do not leave threads behind for long).
 //
-// Two queues: a part a reader is already waiting for goes before read-ahead, so a stream that
-// starts (or restarts after a seek) is not stuck behind other files' prefetching.
+// Two queues: urgent work (a part a reader is already waiting for, thumbnails a folder listing
+// waits for) goes before background work, so a stream that starts (or restarts after a seek) is
+// not stuck behind other files' prefetching.
 
 import Foundation
 
-final class ReadWorkers: @unchecked Sendable {
+final class WorkerPool: @unchecked Sendable {
     // `@unchecked Sendable`: every stored var is read and written only under `condition`'s lock.
     private let condition = NSCondition()
     private var urgent: [@Sendable () -> Void] = []
@@ -21,8 +22,11 @@ final class ReadWorkers: @unchecked Sendable {
     private var running = 0
     let limit: Int
     private let idleExit: TimeInterval
+    /// The threads' name, as `top -H` and a debugger show it.
+    private let name: String
 
-    init(limit: Int, idleExit: TimeInterval = 30) {
+    init(name: String, limit: Int, idleExit: TimeInterval = 30) {
+        self.name = name
         self.limit = max(1, limit)
         self.idleExit = idleExit
     }
@@ -37,7 +41,7 @@ final class ReadWorkers: @unchecked Sendable {
         condition.unlock()
         if spawn {
             let thread = Thread { [self] in loop() }
-            thread.name = "dbx-read"
+            thread.name = name
             thread.start()
         }
     }

@@ -1,0 +1,164 @@
+// The thumbnailer against the fake Dropbox and an in-memory store: which files are asked for, how
+// many calls that takes, when they are asked again, and what a broken store does.
+
+import DropboxClient
+@testable import DropboxFS
+import Synchronization
+import TestSupport
+import Testing
+
+/// Thumbnails kept in memory, by path and flavor, with the rev they were made of.
+final class MemoryThumbnailStore: ThumbnailStore {
+    struct Entry: Equatable { var rev: String; var modified: Int64; var png: [UInt8] }
+    let entries = Mutex<[String: Entry]>([:])
+    let unwritable = Mutex(false)
+
+    func key(_ target: ThumbnailTarget, _ flavor: ThumbnailFlavor) -> String { flavor.rawValue + ":" + target.relativePath }
+
+    func hasCurrent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool {
+        entries.withLock { e in flavors.allSatisfy { e[key(target, $0)]?.modified == target.modified && e[key(target, $0)]?.rev == target.rev } }
+    }
+
+    func save(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError) {
+        if unwritable.withLock({ $0 }) { throw .unwritable("read-only test store") }
+        entries.withLock { $0[key(target, flavor)] = Entry(rev: target.rev, modified: target.modified, png: png) }
+    }
+
+    var count: Int { entries.withLock { $0.count } }
+    func entry(_ path: String, _ flavor: ThumbnailFlavor) -> Entry? { entries.withLock { $0[flavor.rawValue + ":" + path] } }
+}
+
+@Suite("Thumbnails")
+struct ThumbnailTests {
+    let dropbox = FakeDropbox()
+    let clock = ManualClock()
+    let store = MemoryThumbnailStore()
+    let log = LogRecorder()
+
+    func makeFS(ttl: Int = 60) -> DropboxFilesystem {
+        DropboxFilesystem(api: dropbox, options: FilesystemOptions(metadataTTL: .seconds(ttl)), folderModified: 0,
+                          now: clock.now, logger: log.logger(level: .info), thumbnails: store)
+    }
+
+    func photos(_ count: Int, in folder: String = "/Photos") {
+        dropbox.addFolder(folder)
+        for i in 0..<count { dropbox.addFile("\(folder)/IMG_\(i).jpg", Array("IMG \(i)".utf8), modified: 1_700_000_000 + Int64(i)) }
+    }
+
+    func openFolder(_ fs: DropboxFilesystem, _ name: String) throws {
+        let folder = try fs.lookup(parent: .root, name: name).inode
+        fs.releaseDirectory(try fs.openDirectory(folder))
+    }
+
+    @Test func aFolderOfImagesCostsOneCallPer25ImagesAndFlavorAndNoDownload() throws {
+        photos(60)
+        dropbox.addFile("/Photos/notes.txt", Array("not an image".utf8))
+        dropbox.addFile("/Photos/movie.mp4", Array("IMG but not by name".utf8))
+        let fs = makeFS()
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailCalls == 3 * 3, "ceil(60/25) calls for each of 3 flavors")
+        #expect(dropbox.counters.thumbnailEntries == 60 * 3, "only the images are asked for")
+        #expect(dropbox.counters.download == 0)
+        #expect(store.count == 60 * 3)
+        let entry = try #require(store.entry("/Photos/IMG_7.jpg", .large))
+        #expect(entry.modified == 1_700_000_007)
+        #expect(String(decoding: entry.png, as: UTF8.self).contains("w256h256 strict"))
+        #expect(String(decoding: try #require(store.entry("/Photos/IMG_7.jpg", .xLarge)).png, as: UTF8.self)
+            .contains("w480h320 bestfit"))
+
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailCalls == 9, "a second listing asks for nothing")
+    }
+
+    @Test func foldersWithoutImagesCostNothing() throws {
+        dropbox.addFolder("/Docs")
+        dropbox.addFile("/Docs/a.txt", Array("text".utf8))
+        dropbox.addFile("/Docs/big.jpg", Array("IMG".utf8) + [UInt8](repeating: 0, count: 21 << 20))   // over 20 MB
+        let fs = makeFS()
+        try openFolder(fs, "Docs")
+        #expect(dropbox.counters.thumbnailCalls == 0)
+    }
+
+    @Test func anImageDropboxCannotThumbnailIsAskedOncePerRev() throws {
+        dropbox.addFolder("/Photos")
+        dropbox.addFile("/Photos/broken.jpg", Array("this is not a JPEG".utf8))
+        let fs = makeFS(ttl: 1)
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailEntries == 3)
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailEntries == 3, "not asked again for the same rev")
+        dropbox.addFile("/Photos/broken.jpg", Array("IMG now it is one".utf8))
+        clock.advance(by: 2)
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailEntries == 6, "a new rev is asked once")
+        #expect(store.count == 3)
+    }
+
+    @Test func thumbnailsAlreadyInTheStoreAreNotFetched() throws {
+        photos(3)
+        // What an earlier mount left: every flavor current for every image.
+        let earlier = DropboxFilesystem(api: dropbox, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        let listed = try earlier.lookup(parent: .root, name: "Photos").inode
+        earlier.releaseDirectory(try earlier.openDirectory(listed))
+        let targets = earlier.state.withLock { state in
+            state.tree.children(of: Slot(listed)!).compactMap { earlier.thumbnailTarget($0, in: state.tree) }
+        }
+        #expect(targets.count == 3)
+        for target in targets {
+            for flavor in ThumbnailFlavor.allCases { try store.save([1], flavor: flavor, for: target) }
+        }
+        let fs = makeFS()
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailCalls == 0)
+    }
+
+    @Test func aRewrittenImageGetsNewThumbnailsThroughTheChangeFeed() throws {
+        photos(2)
+        let fs = makeFS()
+        fs.startChangeFeed(longpollTimeout: 30)
+        defer { fs.stopChangeFeed() }
+        #expect(eventually { fs.isFeedLive })
+        try openFolder(fs, "Photos")
+        let before = try #require(store.entry("/Photos/IMG_1.jpg", .normal))
+        dropbox.addFile("/Photos/IMG_1.jpg", Array("IMG rewritten".utf8), modified: 1_800_000_000)
+        #expect(eventually { store.entry("/Photos/IMG_1.jpg", .normal)?.modified == 1_800_000_000 },
+                "the feed's new rev is thumbnailed without opening the folder again")
+        #expect(store.entry("/Photos/IMG_1.jpg", .normal)?.rev != before.rev)
+        #expect(eventually { store.entry("/Photos/IMG_1.jpg", .xLarge)?.modified == 1_800_000_000 })
+        #expect(store.entry("/Photos/IMG_0.jpg", .normal)?.rev == store.entry("/Photos/IMG_0.jpg", .large)?.rev)
+    }
+
+    @Test func anUnwritableCacheIsOneLineAndNoMoreCalls() throws {
+        photos(30)
+        photos(5, in: "/More")
+        store.unwritable.withLock { $0 = true }
+        let fs = makeFS()
+        try openFolder(fs, "Photos")
+        let calls = dropbox.counters.thumbnailCalls
+        try openFolder(fs, "More")
+        #expect(dropbox.counters.thumbnailCalls == calls, "thumbnails are off once the cache cannot be written")
+        #expect(log.at(.warning).filter { $0.message.contains("cannot write thumbnails") }.count == 1)
+        #expect(try fs.readDirectory(try fs.openDirectory(try fs.lookup(parent: .root, name: "More").inode), from: 0)
+            .count == 7, "the listing itself is unaffected")
+    }
+
+    @Test func aFailedCallLeavesTheListingAloneAndIsTriedAgainNextTime() throws {
+        photos(4)
+        dropbox.failThumbnails(with: .transport(code: 7, message: "connection refused"))
+        let fs = makeFS()
+        let folder = try fs.lookup(parent: .root, name: "Photos").inode
+        let handle = try fs.openDirectory(folder)
+        #expect(try fs.readDirectory(handle, from: 0).count == 6, "the listing is answered all the same")
+        #expect(store.count == 0)
+        dropbox.failThumbnails(with: nil)
+        fs.releaseDirectory(try fs.openDirectory(folder))
+        #expect(store.count == 12, "a call that failed is not a verdict on the files")
+    }
+
+    @Test func noThumbnailCallWithoutAStore() throws {
+        photos(10)
+        let fs = DropboxFilesystem(api: dropbox, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailCalls == 0)
+    }
+}

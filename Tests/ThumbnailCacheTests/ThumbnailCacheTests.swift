@@ -1,0 +1,86 @@
+// The freedesktop cache entries: URIs escaped as GLib escapes them, MD5 file names, the text
+// chunks GIO and tumbler check, permissions, atomic writes, and an unwritable directory.
+
+import DropboxFS
+import Foundation
+import Glibc
+import TestSupport
+import Testing
+@testable import ThumbnailCache
+
+@Suite("Freedesktop thumbnail cache")
+struct ThumbnailCacheTests {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-thumbs-\(UUID().uuidString)").path
+
+    func target(_ path: String, rev: String = "0123456789", modified: Int64 = 1_700_000_123) -> ThumbnailTarget {
+        ThumbnailTarget(id: "id:x", rev: rev, relativePath: path, size: 4242, modified: modified, mimeType: "image/jpeg")
+    }
+
+    var png: [UInt8] { FakeDropbox.thumbnail(rev: "0123456789", size: .w128h128, mode: .strict) }
+
+    @Test func urisAreEscapedAsGLibEscapesThem() {
+        #expect(FileURI.of("/home/jens/photos/me.png") == "file:///home/jens/photos/me.png")
+        #expect(FileURI.of("/mnt/a b/c;d#e%f?g") == "file:///mnt/a%20b/c%3Bd%23e%25f%3Fg")
+        #expect(FileURI.of("/mnt/!$&'()*+,=:@~-_.") == "file:///mnt/!$&'()*+,=:@~-_.")
+        #expect(FileURI.of("/mnt/\"<>[]^`{|}\\") == "file:///mnt/%22%3C%3E%5B%5D%5E%60%7B%7C%7D%5C")
+        #expect(FileURI.of("/mnt/Café ünï.jpg") == "file:///mnt/Caf%C3%A9%20%C3%BCn%C3%AF.jpg")
+    }
+
+    @Test func fileNamesAreTheMD5OfTheURI() {
+        // The Thumbnail Managing Standard's own example.
+        let store = FreedesktopThumbnailStore(directory: "/c", mountPoint: "/home/jens")
+        #expect(store.path(of: target("/photos/me.png"), flavor: .normal) == "/c/normal/c6ee772d9e49320e97ec29a7eb5b1697.png")
+        #expect(store.path(of: target("/photos/me.png"), flavor: .xLarge).hasPrefix("/c/x-large/"))
+    }
+
+    @Test func crcAndTextChunksRoundTrip() throws {
+        #expect(CRC32.of(Array("IEND".utf8)) == 0xAE42_6082)
+        let stamped = try PNGText.adding([("Thumb::URI", "file:///a"), ("Thumb::MTime", "5"), ("Note", "replaced")], to: png)
+        let texts = try PNGText.texts(in: stamped)
+        #expect(texts["Thumb::URI"] == "file:///a")
+        #expect(texts["Thumb::MTime"] == "5")
+        #expect(texts["Note"] == "replaced", "an earlier chunk with the same keyword is left out")
+        #expect(throws: PNGText.Problem.notPNG) { try PNGText.adding([], to: Array("GIF89a".utf8)) }
+        #expect(throws: PNGText.Problem.truncated) { try PNGText.texts(in: Array(png.prefix(20))) }
+    }
+
+    @Test func savedEntriesCarryWhatGIOAndTumblerCheck() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = FreedesktopThumbnailStore(directory: directory + "/thumbnails", mountPoint: "/mnt/dropbox/")
+        let photo = target("/2024/Beach day.jpg")
+        #expect(!store.hasCurrent(photo, flavors: [.normal]))
+        try store.save(png, flavor: .normal, for: photo)
+        let path = store.path(of: photo, flavor: .normal)
+        let texts = try PNGText.texts(in: Array(try Data(contentsOf: URL(fileURLWithPath: path))))
+        #expect(texts["Thumb::URI"] == "file:///mnt/dropbox/2024/Beach%20day.jpg")
+        #expect(texts["Thumb::MTime"] == "1700000123")
+        #expect(texts["Thumb::Size"] == "4242")
+        #expect(texts["Thumb::Mimetype"] == "image/jpeg")
+        #expect(store.hasCurrent(photo, flavors: [.normal]))
+        #expect(!store.hasCurrent(photo, flavors: [.normal, .large]), "every flavor must be there")
+        #expect(!store.hasCurrent(target("/2024/Beach day.jpg", modified: 1_700_000_124), flavors: [.normal]),
+                "a new mtime makes it stale")
+
+        var st = stat()
+        #expect(stat(path, &st) == 0 && st.st_mode & 0o777 == 0o600)
+        #expect(stat(directory + "/thumbnails/normal", &st) == 0 && st.st_mode & 0o777 == 0o700)
+        #expect(stat(directory + "/thumbnails", &st) == 0 && st.st_mode & 0o777 == 0o700)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory + "/thumbnails/normal")
+        #expect(leftovers == [(path as NSString).lastPathComponent], "no temporary file is left behind")
+    }
+
+    @Test func anUnwritableDirectoryIsReportedAsSuch() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        // A file where the cache's directory should be: no user, root included, can create under it.
+        FileManager.default.createFile(atPath: directory + "/thumbnails", contents: Data())
+        let store = FreedesktopThumbnailStore(directory: directory + "/thumbnails", mountPoint: "/mnt")
+        #expect {
+            try store.save(png, flavor: .normal, for: target("/a.jpg"))
+        } throws: { error in
+            if case .unwritable = error as? ThumbnailStoreError { return true }
+            return false
+        }
+        #expect(throws: ThumbnailStoreError.self) { try store.save(Array("not a png".utf8), flavor: .normal, for: target("/a.jpg")) }
+    }
+}
