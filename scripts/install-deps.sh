@@ -3,17 +3,27 @@
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
-packages=(fuse3 libfuse3-dev libcurl4-openssl-dev libsqlite3-dev libgd-dev attr man-db groff-base curl python3 python3-pip)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
+# install_missing [apt-get option...] -- package...: installs those of the packages not installed yet.
+install_missing() {
+  local options=() missing=()
+  while [ "$1" != "--" ]; do options+=("$1"); shift; done
+  shift
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${options[@]}" "${missing[@]}" >/dev/null
+}
+
+install_missing -- fuse3 libfuse3-dev libcurl4-openssl-dev libsqlite3-dev libgd-dev attr man-db groff-base curl \
+  python3 python3-pip
+# Real file managers for the desktop tests (Tests/Desktop): an X server, a session bus, Nautilus,
+# Thunar with tumbler, and ImageMagick's import for screenshots. Without recommends: the GNOME
+# search and sharing stack they would pull in plays no part in showing a folder.
+install_missing --no-install-recommends -- xvfb dbus-x11 nautilus thunar tumbler imagemagick
 
 # Python side of the test suite: pytest for the mount tests, the official Dropbox SDK for interop.
 if ! python3 -c "import pytest, dropbox, cryptography" 2>/dev/null; then

@@ -8,5 +8,6 @@ bash scripts/install-deps.sh
 swift build --build-tests
 # Swift layers: core against a fake, client against the emulator, emulator routes and knobs.
 swift test --skip-build
-# Real mounts and the Python SDK interop test drive the built binaries.
-python3 -m pytest -q Tests/Mount Tests/Interop Tests/Bench
+# Real mounts, the Python SDK interop test, real file managers under Xvfb and the quick benchmark
+# drive the built binaries.
+python3 -m pytest -q Tests/Mount Tests/Interop Tests/Desktop Tests/Bench

@@ -11,6 +11,43 @@ struct DBXEmulatorCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dbx-emulator",
         abstract: "Serve a local directory as a Dropbox account (API v2 read-only subset).",
+        discussion: "Without a subcommand, serves: `dbx-emulator --root DIR` is `dbx-emulator serve --root DIR`.",
+        subcommands: [Serve.self, MakePhotos.self],
+        defaultSubcommand: Serve.self
+    )
+}
+
+struct MakePhotos: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "make-photos",
+        abstract: "Write sample photos (real JPEG and PNG images) into a directory.",
+        discussion: """
+            Writes IMG_0001.jpg, IMG_0002.png, ...: landscape and portrait, 640x480 to 3000x2000, \
+            each with its number drawn large. The same seed gives the same files.
+            """
+    )
+
+    @Argument(help: "Directory to write into; created if missing.") var directory: String
+    @Option(help: "How many photos.") var count: Int = 12
+    @Option(help: "Seed for sizes, formats and drawings.") var seed: UInt64 = 1
+
+    func validate() throws {
+        guard (0...9999).contains(count) else { throw ValidationError("--count must be 0-9999") }
+    }
+
+    func run() throws {
+        do {
+            let names = try SamplePhotos.write(count: count, seed: seed, into: directory)
+            print("wrote \(names.count) photos to \(directory)")
+        } catch {
+            throw ValidationError(error.description)
+        }
+    }
+}
+
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve a local directory as a Dropbox account.",
         discussion: """
             Prints one line, "dbx-emulator listening on URL", once it accepts connections, and \
             stops cleanly on SIGINT or SIGTERM. Admin routes: GET /__stats, POST /__stats/reset, \

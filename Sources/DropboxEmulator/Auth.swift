@@ -128,24 +128,44 @@ final class AuthStore: Sendable {
     }
 }
 
-func base64URL(_ bytes: [UInt8]) -> String {
-    let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
-    var out = ""
-    var i = 0
-    while i + 3 <= bytes.count {
-        let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
-        for shift in [18, 12, 6, 0] { out.append(alphabet[Int((n >> UInt32(shift)) & 63)]) }
-        i += 3
+func base64URL(_ bytes: [UInt8]) -> String { base64(bytes, urlSafe: true) }
+
+/// RFC 4648 base64: §4 (`+/`, padded) by default, §5 (`-_`, unpadded) with `urlSafe`. Written
+/// through buffers: a batch of thumbnails is megabytes of it.
+func base64(_ bytes: [UInt8], urlSafe: Bool = false) -> String {
+    let alphabet = Array((urlSafe
+        ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+        : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/").utf8)
+    let rest = bytes.count % 3
+    let length = bytes.count / 3 * 4 + (rest == 0 ? 0 : (urlSafe ? rest + 1 : 4))
+    return String(unsafeUninitializedCapacity: length) { out in
+        bytes.withUnsafeBufferPointer { input in
+            alphabet.withUnsafeBufferPointer { table in
+                var o = 0
+                var i = 0
+                while i + 3 <= input.count {
+                    let n = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
+                    out[o] = table[Int(n >> 18)]
+                    out[o + 1] = table[Int((n >> 12) & 63)]
+                    out[o + 2] = table[Int((n >> 6) & 63)]
+                    out[o + 3] = table[Int(n & 63)]
+                    o += 4
+                    i += 3
+                }
+                if rest > 0 {
+                    let n = UInt32(input[i]) << 16 | (rest == 2 ? UInt32(input[i + 1]) << 8 : 0)
+                    out[o] = table[Int(n >> 18)]
+                    out[o + 1] = table[Int((n >> 12) & 63)]
+                    o += 2
+                    if rest == 2 { out[o] = table[Int((n >> 6) & 63)]; o += 1 }
+                    if !urlSafe {
+                        while o < length { out[o] = UInt8(ascii: "="); o += 1 }
+                    }
+                }
+                return o
+            }
+        }
     }
-    let rest = bytes.count - i
-    if rest == 1 {
-        let n = UInt32(bytes[i]) << 16
-        out.append(alphabet[Int((n >> 18) & 63)]); out.append(alphabet[Int((n >> 12) & 63)])
-    } else if rest == 2 {
-        let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
-        out.append(alphabet[Int((n >> 18) & 63)]); out.append(alphabet[Int((n >> 12) & 63)]); out.append(alphabet[Int((n >> 6) & 63)])
-    }
-    return out
 }
 
 func base64URLDecode(_ text: String) -> [UInt8]? {

@@ -84,6 +84,13 @@ extension JSON {
 
     private static func writeString(_ s: String, into out: inout String, asciiOnly: Bool) {
         out += "\""
+        // Most strings need no escape at all (a thumbnail's megabytes of base64 among them): one
+        // pass over the bytes, then one append, instead of one append per character.
+        if s.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+            out += s
+            out += "\""
+            return
+        }
         for scalar in s.unicodeScalars {
             switch scalar {
             case "\"": out += "\\\""

@@ -32,8 +32,8 @@ final class Router: Sendable {
     static let routes: [String: Style] = [
         "files/list_folder": .rpc, "files/list_folder/continue": .rpc, "files/list_folder/get_latest_cursor": .rpc,
         "files/list_folder/longpoll": .rpc, "files/get_metadata": .rpc, "files/download": .download,
-        "files/export": .download, "users/get_current_account": .rpc, "users/get_space_usage": .rpc,
-        "auth/token/revoke": .rpc,
+        "files/export": .download, "files/get_thumbnail_batch": .rpc, "files/get_thumbnail_v2": .download,
+        "users/get_current_account": .rpc, "users/get_space_usage": .rpc, "auth/token/revoke": .rpc,
     ]
     static let voidRoutes: Set<String> = ["users/get_current_account", "users/get_space_usage", "auth/token/revoke"]
 
@@ -119,8 +119,8 @@ final class Router: Sendable {
             guard let parsed = try? JSON.parse(text) else {
                 return .badInput(route, "\(place): could not decode input as JSON")
             }
-            arg = parsed
-            return handleDownload(route: route, arg: arg, place: place, request: request)
+            if route == "files/get_thumbnail_v2" { return thumbnailV2(arg: parsed, place: place, request: request, route: route) }
+            return handleDownload(route: route, arg: parsed, place: place, request: request)
         }
 
         switch route {
@@ -129,6 +129,7 @@ final class Router: Sendable {
         case "files/list_folder/continue": return listFolderContinue(arg: arg, route: route)
         case "files/list_folder/longpoll": return longpoll(arg: arg, route: route, eventLoop: eventLoop)
         case "files/get_metadata": return getMetadata(arg: arg, request: request, route: route)
+        case "files/get_thumbnail_batch": return thumbnailBatch(arg: arg, request: request, route: route)
         case "users/get_current_account": return getCurrentAccount()
         case "users/get_space_usage": return getSpaceUsage()
         default: return .text(.notFound, "Unknown API function: \"\(route)\"", [:])

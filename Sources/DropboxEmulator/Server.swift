@@ -269,19 +269,31 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: finish(context: context, keepAlive: keepAlive))
         case .file(let status, let extra, let file):
             sendFile(context: context, status: status, extra: extra, file: file, keepAlive: keepAlive)
+        case .bytes(let status, let extra, let body):
+            // A download-style body, so the truncation dice apply as they do to files.
+            let cut = app.state.drawTruncation(length: Int64(body.count)).map { Int($0) }
+            sendBuffered(context: context, status: status, headers: extra, body: body, keepAlive: keepAlive, admin: admin, cut: cut)
         }
     }
 
-    private func sendBuffered(context: ChannelHandlerContext, status: HTTPResponseStatus, headers extra: HTTPHeaders, body: [UInt8], keepAlive: Bool, admin: Bool) {
-        var headers = baseHeaders(extra, keepAlive: keepAlive)
+    /// - Parameter cut: send only this many bytes of `body`, then close the connection.
+    private func sendBuffered(context: ChannelHandlerContext, status: HTTPResponseStatus, headers extra: HTTPHeaders, body: [UInt8], keepAlive: Bool, admin: Bool, cut: Int? = nil) {
+        var headers = baseHeaders(extra, keepAlive: keepAlive && cut == nil)
         headers.replaceOrAdd(name: "Content-Length", value: String(body.count))
         let write = { [app] in
-            var buffer = context.channel.allocator.buffer(capacity: body.count)
-            buffer.writeBytes(body)
+            let sent = cut ?? body.count
+            var buffer = context.channel.allocator.buffer(capacity: sent)
+            buffer.writeBytes(body[..<sent])
             context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
-            context.write(self.wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
-            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: self.finish(context: context, keepAlive: keepAlive))
-            if !admin { app.state.countBytes(body.count, download: false) }
+            if cut != nil {
+                let written = context.eventLoop.makePromise(of: Void.self)
+                context.writeAndFlush(self.wrapOutboundOut(.body(.byteBuffer(buffer))), promise: written)
+                written.futureResult.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            } else {
+                context.write(self.wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+                context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: self.finish(context: context, keepAlive: keepAlive))
+            }
+            if !admin { app.state.countBytes(sent, download: false) }
         }
         let delay = admin ? .zero : app.state.reserveBandwidth(body.count)
         if delay > .zero {

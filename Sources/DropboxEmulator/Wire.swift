@@ -27,6 +27,8 @@ enum Reply: Sendable {
     case text(HTTPResponseStatus, String, HTTPHeaders)
     case empty(HTTPResponseStatus, HTTPHeaders)
     case file(HTTPResponseStatus, HTTPHeaders, FileBody)
+    /// A download-style body made in memory (a thumbnail); the headers carry its Content-Type.
+    case bytes(HTTPResponseStatus, HTTPHeaders, [UInt8])
     case later(EventLoopFuture<Reply>)
 
     static func json(_ value: JSON, status: HTTPResponseStatus = .ok) -> Reply { .json(status, value, [:]) }
@@ -39,16 +41,31 @@ enum Reply: Sendable {
     /// 409 with a nested tag path, e.g. ["path", "not_found"] ->
     /// {".tag":"path","path":{".tag":"not_found"}}.
     static func routeError(_ tags: [String], extra: [(String, JSON)] = []) -> Reply {
-        func nest(_ tags: ArraySlice<String>) -> JSON {
-            guard let first = tags.first else { return .null }
-            var pairs: [(String, JSON)] = [(".tag", .string(first))]
-            if tags.count > 1 { pairs.append((first, nest(tags.dropFirst()))) } else { pairs += extra }
-            return .object(pairs)
-        }
-        return .json(.conflict, .object([
+        .json(.conflict, .object([
             ("error_summary", .string(tags.joined(separator: "/") + "/" + String(repeating: ".", count: 1 + tags.count % 3))),
-            ("error", nest(tags[...])),
+            ("error", errorValue(tags, extra: extra)),
         ]), [:])
+    }
+
+    /// A union value from its tag path, each tag nested under the one before it; `extra` goes
+    /// into the innermost object.
+    static func errorValue(_ tags: [String], extra: [(String, JSON)] = []) -> JSON {
+        guard let first = tags.first else { return .null }
+        var pairs: [(String, JSON)] = [(".tag", .string(first))]
+        if tags.count > 1 { pairs.append((first, errorValue(Array(tags.dropFirst()), extra: extra))) } else { pairs += extra }
+        return .object(pairs)
+    }
+
+    /// The tag path of a 409 route error, the inverse of `routeError`; nil for any other reply.
+    var routeErrorTags: [String]? {
+        guard case .json(.conflict, let body, _) = self else { return nil }
+        var tags: [String] = []
+        var node = body["error"]
+        while let tag = node?[".tag"]?.stringValue {
+            tags.append(tag)
+            node = node?[tag]
+        }
+        return tags
     }
 
     static func authError(_ tag: String) -> Reply {

@@ -8,10 +8,12 @@ import datetime
 import ipaddress
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
 import time
+import zlib
 
 import pytest
 
@@ -205,6 +207,87 @@ def test_refresh_token_session_survives_expiry(emulator):
         for _ in range(3):
             dbx.files_list_folder("")
             time.sleep(1)
+        print("ok")
+    """)
+    assert "ok" in out
+
+
+def png_image(width, height):
+    """A real RGB PNG (a gradient), written with the standard library."""
+    rows = b"".join(b"\x00" + bytes(c for x in range(width) for c in (x * 255 // width, y * 255 // height, 128))
+                    for y in range(height))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_thumbnails_batch_and_v2(emulator):
+    photos = emulator["served"] / "Photos"
+    # Real JPEGs from the emulator's own sample photos, and a PNG made here.
+    subprocess.run([BINARY, "make-photos", str(photos), "--count", "3", "--seed", "5"], check=True, capture_output=True)
+    (photos / "hand.png").write_bytes(png_image(90, 60))
+    out = run_sdk(emulator, """
+        import base64, struct
+        from dropbox.files import (PathOrLink, SharedLinkFileInfo, ThumbnailArg, ThumbnailFormat, ThumbnailMode,
+                                   ThumbnailSize)
+
+        def png_size(data):
+            assert data[:8] == bytes([0x89]) + b"PNG" + bytes([13, 10, 26, 10]), data[:8]
+            return struct.unpack(">II", data[16:24])
+
+        def jpeg_size(data):
+            assert data[:3] == bytes([0xFF, 0xD8, 0xFF])
+            sof = data.index(bytes([0xFF, 0xC0]))   # baseline, as libgd writes it
+            height, width = struct.unpack(">HH", data[sof + 5:sof + 9])
+            return width, height
+
+        folder = os.path.join(os.environ["SERVED"], "Photos")
+        jpg = sorted(n for n in os.listdir(folder) if n.endswith(".jpg"))[0]
+        width, height = jpeg_size(open(os.path.join(folder, jpg), "rb").read())
+        dbx = dropbox.Dropbox("emulator-token")
+        res = dbx.files_get_thumbnail_batch([
+            ThumbnailArg("/Photos/" + jpg, format=ThumbnailFormat.png, size=ThumbnailSize.w128h128),
+            ThumbnailArg("/Photos/hand.png", format=ThumbnailFormat.png, size=ThumbnailSize.w480h320,
+                         mode=ThumbnailMode.bestfit),
+            ThumbnailArg("/Docs/file0.txt"),
+            ThumbnailArg("/Photos/missing.jpg"),
+            ThumbnailArg("/Photos/hand.png"),
+        ])
+        first, hand, text, missing, default = res.entries
+        assert first.is_success(), first
+        w, h = png_size(base64.b64decode(first.get_success().thumbnail))
+        assert max(w, h) == 128 and abs(w / h - width / height) < 0.02, (w, h, width, height)
+        assert first.get_success().metadata.name == jpg and first.get_success().metadata.size > 0
+        assert png_size(base64.b64decode(hand.get_success().thumbnail)) == (90, 60), "never scaled up"
+        assert text.is_failure() and text.get_failure().is_unsupported_extension(), text
+        assert missing.get_failure().is_path() and missing.get_failure().get_path().is_not_found(), missing
+        assert base64.b64decode(default.get_success().thumbnail)[:3] == bytes([0xFF, 0xD8, 0xFF]), "jpeg by default"
+        try:
+            dbx.files_get_thumbnail_batch([ThumbnailArg("/Photos/hand.png")] * 26)
+            raise SystemExit("expected ApiError")
+        except dropbox.exceptions.ApiError as e:
+            assert e.error.is_too_many_files(), e.error
+
+        md, resp = dbx.files_get_thumbnail_v2(PathOrLink.path("/Photos/" + jpg), format=ThumbnailFormat.jpeg,
+                                              size=ThumbnailSize.w256h256, mode=ThumbnailMode.strict)
+        assert md.file_metadata.name == jpg and md.link_metadata is None
+        assert max(jpeg_size(resp.content)) == 256, jpeg_size(resp.content)
+        md, resp = dbx.files_get_thumbnail_v2(PathOrLink.path("/photos/HAND.PNG"), format=ThumbnailFormat.webp)
+        assert resp.content[:4] == b"RIFF" and resp.content[8:12] == b"WEBP"
+        assert md.file_metadata.path_display == "/Photos/hand.png"
+        try:
+            dbx.files_get_thumbnail_v2(PathOrLink.path("/Photos/nope.png"))
+            raise SystemExit("expected ApiError")
+        except dropbox.exceptions.ApiError as e:
+            assert e.error.is_path() and e.error.get_path().is_not_found(), e.error
+        try:
+            dbx.files_get_thumbnail_v2(PathOrLink.link(SharedLinkFileInfo("https://www.dropbox.com/s/abc/x.png")))
+            raise SystemExit("expected ApiError")
+        except dropbox.exceptions.ApiError as e:
+            assert e.error.is_not_found(), e.error
         print("ok")
     """)
     assert "ok" in out

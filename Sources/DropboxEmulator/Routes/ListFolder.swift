@@ -53,9 +53,9 @@ extension Router {
         }
     }
 
-    func boolArg(_ arg: JSON, _ key: String, default value: Bool, route: String) -> Result<Bool, ReplyBox> {
+    func boolArg(_ arg: JSON, _ key: String, default value: Bool, route: String, place: String = "request body") -> Result<Bool, ReplyBox> {
         guard let v = arg[key], !v.isNull else { return .success(value) }
-        guard let b = v.boolValue else { return .failure(ReplyBox(.badInput(route, "request body: \(key): expected boolean, got \(v.typeName)"))) }
+        guard let b = v.boolValue else { return .failure(ReplyBox(.badInput(route, "\(place): \(key): expected boolean, got \(v.typeName)"))) }
         return .success(b)
     }
 
