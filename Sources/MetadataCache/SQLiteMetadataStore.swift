@@ -278,7 +278,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     /// The hex SHA-256 of `key`: the key holds an account id and a Dropbox path, which may contain
     /// anything a file name must not.
-    static func fileName(key: String) -> String {
+    public static func fileName(key: String) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var name: [UInt8] = []
         for byte in SHA256.hash(data: Array(key.utf8)) {

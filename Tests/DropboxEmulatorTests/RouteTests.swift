@@ -37,6 +37,19 @@ func isRev(_ s: String) -> Bool { s.wholeMatch(of: /[0-9a-f]{9,}/) != nil }
         }
     }
 
+    @Test func aRecursiveListingOfAFolderStartsWithTheFolder() throws {
+        try withFixture(files: Self.files) { f in
+            let docs = f.listAll(#"{"path":"/docs","recursive":true,"limit":2}"#).entries
+            #expect(docs.first?["path_display"] as? String == "/Docs")
+            #expect(docs.first?[".tag"] as? String == "folder")
+            #expect(docs.filter { $0["path_lower"] as? String == "/docs" }.count == 1, "once, on the first page only")
+            let plain = f.rpc("files/list_folder", #"{"path":"/Docs"}"#).json["entries"] as! [[String: Any]]
+            #expect(!plain.contains { $0["path_lower"] as? String == "/docs" })
+            let root = f.rpc("files/list_folder", #"{"path":"","recursive":true}"#).json["entries"] as! [[String: Any]]
+            #expect(root.first?["path_display"] as? String == "/Docs", "the root has no entry of its own")
+        }
+    }
+
     @Test func nonRecursiveAndFlags() throws {
         try withFixture(files: Self.files) { f in
             let top = f.rpc("files/list_folder", #"{"path":"","recursive":false,"include_deleted":false,"include_non_downloadable_files":false,"include_mounted_folders":false,"include_media_info":false,"include_has_explicit_shared_members":false}"#)

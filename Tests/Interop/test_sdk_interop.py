@@ -135,6 +135,10 @@ def test_listing_paging_and_recursive(emulator):
         paths = [e.path_display for e in entries]
         assert "/Docs/Deep/inner.bin" in paths and "/Ünïcode name.txt" in paths, paths
         assert paths.index("/Docs") < paths.index("/Docs/Deep") < paths.index("/Docs/Deep/inner.bin")
+        # A recursive listing of a folder other than the root starts with that folder, as Dropbox's does.
+        sub = dbx.files_list_folder("/Docs", recursive=True)
+        assert isinstance(sub.entries[0], dropbox.files.FolderMetadata) and sub.entries[0].path_display == "/Docs"
+        assert dbx.files_list_folder("/Docs").entries[0].path_display != "/Docs", "not in a plain listing"
         paper = [e for e in entries if e.name == "Notes.paper"][0]
         assert paper.is_downloadable is False and paper.export_info.export_as
         files = [e for e in entries if isinstance(e, dropbox.files.FileMetadata)]

@@ -6,8 +6,8 @@ import Synchronization
 /// Opens the SQLite cache on first use rather than at startup: the store is first used by the sync
 /// thread, after libfuse's daemonizing fork, and SQLite connections must not cross a fork.
 final class DeferredStore: MetadataStore {
-    private let directory: String
-    private let key: String
+    let directory: String
+    let key: String
     private let logger: Logger
     private let opened = Mutex<(tried: Bool, store: SQLiteMetadataStore?)>((false, nil))
 

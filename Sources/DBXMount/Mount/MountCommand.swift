@@ -203,6 +203,18 @@ struct MountCommand: ParsableCommand {
             directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,
             key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
                 + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
+        // One mount per cache: a second mount of the same saved tree or block cache fails here.
+        var locks: [Int32] = []
+        do throws(CacheLock.Busy) {
+            if let store, let fd = try CacheLock.acquire(store.directory + "/" + SQLiteMetadataStore.fileName(key: store.key) + ".lock") {
+                locks.append(fd)
+            }
+            if let blocks = filesystemOptions.readAhead.blockCacheDirectory, let fd = try CacheLock.acquire(blocks + "/.lock") {
+                locks.append(fd)
+            }
+        } catch {
+            fail("the cache \(error); give this mount its own --cache-dir or --block-cache-dir, or --no-cache", code: 1)
+        }
         let meter = APIMeter()
         let thumbnailStore = thumbnails || options.settings["thumbnails"] != nil
             ? try thumbnailCache(mountpoint: mountpoint, uid: filesystemOptions.uid, gid: filesystemOptions.gid,
@@ -219,14 +231,14 @@ struct MountCommand: ParsableCommand {
         }
         fuseOptions += options.fuseOptions.filter { !$0.hasPrefix("subtype=") }
 
-        let exitCode = serve(mount: mount, mountpoint: mountpoint, fuseOptions: fuseOptions, foreground: foreground,
+        let exitCode = serve(mount: mount, locks: locks, mountpoint: mountpoint, fuseOptions: fuseOptions, foreground: foreground,
                              debug: debug)
         Foundation.exit(exitCode)
     }
 
     /// Mounts, daemonizes unless asked not to, and serves until unmounted. The session (and with it
     /// the mount) is torn down before this returns.
-    private func serve(mount: Mount, mountpoint: String, fuseOptions: [String], foreground: Bool,
+    private func serve(mount: Mount, locks: [Int32], mountpoint: String, fuseOptions: [String], foreground: Bool,
                        debug: Bool) -> Int32 {
         let session: MountSession
         do {
@@ -235,6 +247,7 @@ struct MountCommand: ParsableCommand {
             fail(error.description, code: 1)
         }
         session.daemonize(foreground: foreground)
+        for fd in locks { CacheLock.recordOwner(fd) }   // the daemon's pid, for the next mount's message
         return session.run(maxThreads: 16) ? 0 : 1
     }
 

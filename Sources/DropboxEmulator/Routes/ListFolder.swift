@@ -93,11 +93,15 @@ extension Router {
             }
             let base = try pathBase(request, route: route).get()
             let folder: [String]
+            var itself: EntrySnapshot?
             switch try resolve(path, base: base).get() {
             case .root: folder = base
             case .entry(let e):
                 guard e.kind == .folder else { return .routeError(["path", "not_folder"]) }
                 folder = e.components.map { $0.lowercased() }
+                // Dropbox starts a recursive listing of a folder other than the root with that
+                // folder's own entry (docs/dropbox-api.md §1); clients must skip it.
+                if recursive { itself = e }
             }
             let seq = index.currentSeq
             var cursor = Cursor(boot: index.bootID, epoch: index.cursorEpoch, base: base.count, folder: folder,
@@ -106,13 +110,14 @@ extension Router {
                 cursor.resume = nil
                 return .json(.object([("cursor", .string(cursor.encoded))]))
             }
-            return page(cursor: cursor)
+            return page(cursor: cursor, leading: itself)
         } catch {
             return error.reply
         }
     }
 
-    func page(cursor: Cursor) -> Reply {
+    /// One page from `cursor`; `leading` goes first (a recursive listing's own folder).
+    func page(cursor: Cursor, leading: EntrySnapshot? = nil) -> Reply {
         let pageSize = min(cursor.limit ?? EmulatorConfiguration.defaultPageSize, server.currentKnobs.pageSizeCap)
         var next = cursor
         let page: Page
@@ -129,7 +134,7 @@ extension Router {
                                  includeNonDownloadable: cursor.includeNonDownloadable)
             next.seq = page.seq
         }
-        let entries = index.withHashes(page.entries).map { metadata($0, base: cursor.base) }
+        let entries = index.withHashes((leading.map { [$0] } ?? []) + page.entries).map { metadata($0, base: cursor.base) }
         return .json(.object([
             ("entries", .array(entries)),
             ("cursor", .string(next.encoded)),
