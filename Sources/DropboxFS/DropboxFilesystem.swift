@@ -51,6 +51,8 @@ public final class DropboxFilesystem: Sendable {
     let exports = ExportCache(capacity: 64 << 20)
     /// Reads file contents: read-ahead, the memory budget, the block cache (`Reading/`).
     let reader: ReadEngine
+    /// The threads the first full listing lists subtrees on (`Sync/ChangeFeed.swift`).
+    let listers: WorkerPool
     /// Puts Dropbox's thumbnails of a folder's images in a thumbnail cache (`Thumbnails/`); nil
     /// unless the mount asked for thumbnails.
     let thumbnailer: Thumbnailer?
@@ -67,6 +69,7 @@ public final class DropboxFilesystem: Sendable {
         self.state = Mutex(State())
         self.store = store
         self.reader = ReadEngine(api: api, options: options.readAhead, logger: logger)
+        self.listers = WorkerPool(name: "dbx-list", limit: options.listingConcurrency)
         self.thumbnailer = thumbnails.map { Thumbnailer(api: api, store: $0, options: options.thumbnails, logger: logger) }
     }
 

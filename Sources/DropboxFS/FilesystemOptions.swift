@@ -16,6 +16,9 @@ public struct FilesystemOptions: Sendable {
     /// Show documents Dropbox cannot download (Paper and other cloud docs) as their export, read
     /// through `files/export`; when false they are left out.
     public var showExports = true
+    /// Listings the first full listing runs at once (subtrees of the mounted folder); 1 lists it
+    /// as one recursive chain of pages.
+    public var listingConcurrency = 8
     /// How thumbnails are fetched, when the mount keeps them (`--thumbnails`).
     public var thumbnails = ThumbnailOptions()
 

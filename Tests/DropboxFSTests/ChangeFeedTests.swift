@@ -18,8 +18,12 @@ struct ChangeFeedTests {
     let clock = ManualClock()
     let invalidations = Recorder()
 
+    /// The feed's semantics with the first listing as one recursive chain (`listingConcurrency`
+    /// 1), so call counts are those of one cursor; ParallelFillTests covers the split listing.
     func makeFS(_ options: FilesystemOptions = FilesystemOptions(metadataTTL: .seconds(60)),
                 store: (any MetadataStore)? = nil, api: FakeDropbox? = nil) -> DropboxFilesystem {
+        var options = options
+        options.listingConcurrency = 1
         let fs = DropboxFilesystem(api: api ?? dropbox, options: options, folderModified: 0, now: clock.now, store: store)
         fs.onInvalidation { [invalidations] batch in invalidations.withLock { $0.append(contentsOf: batch) } }
         return fs

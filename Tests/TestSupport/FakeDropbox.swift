@@ -50,18 +50,25 @@ public final class FakeDropbox: DropboxAPI {
 
     private let contents = Mutex(Contents())
     public let pageSize: Int
-    /// Called inside `listFolder`, before answering: lets a test hold a listing in flight.
-    public let listingGate: (@Sendable () -> Void)?
-    public let recursiveGate: (@Sendable () -> Void)?
+    /// Called inside `listFolder`, before answering: lets a test hold a listing in flight, or
+    /// change the tree while a listing is under way.
+    private let gates: Mutex<(listing: (@Sendable () -> Void)?, recursive: (@Sendable () -> Void)?)>
 
     public init(pageSize: Int = 100, listingGate: (@Sendable () -> Void)? = nil,
          recursiveGate: (@Sendable () -> Void)? = nil) {
         self.pageSize = pageSize
-        self.listingGate = listingGate
-        self.recursiveGate = recursiveGate
+        self.gates = Mutex((listingGate, recursiveGate))
     }
 
     public var counters: Counters { contents.withLock { $0.counters } }
+
+    /// Every file and folder, keyed by lowercased path.
+    public var items: [String: Item] { contents.withLock { $0.items } }
+
+    /// Replaces the gates (see `init`); a gate may change this Dropbox.
+    public func setGates(listing: (@Sendable () -> Void)?, recursive: (@Sendable () -> Void)?) {
+        gates.withLock { $0 = (listing, recursive) }
+    }
 
     public func fail(with error: DropboxError?) { contents.withLock { $0.failure = error } }
 
@@ -149,12 +156,17 @@ public final class FakeDropbox: DropboxAPI {
     }
 
     public func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage {
-        if recursive { recursiveGate?() } else { listingGate?() }
+        let gate = gates.withLock { recursive ? $0.recursive : $0.listing }
+        gate?()
         try checkFailure()
         let key = path.lowercased()
         if recursive {
-            let (entries, position, epoch) = contents.withLock { c -> ([Metadata], Int, Int) in
+            let (entries, position, epoch) = try contents.withLock { c throws(DropboxError) -> ([Metadata], Int, Int) in
                 c.counters.recursiveListFolder += 1
+                if !key.isEmpty {
+                    guard let folder = c.items[key] else { throw .route(tags: ["path", "not_found"], summary: "path/not_found/") }
+                    guard folder.isFolder else { throw .route(tags: ["path", "not_folder"], summary: "path/not_folder/") }
+                }
                 let below = c.items.values
                     .filter { $0.displayPath.lowercased() == key || $0.displayPath.lowercased().hasPrefix(key + "/") }
                     .sorted { $0.displayPath.lowercased() < $1.displayPath.lowercased() }

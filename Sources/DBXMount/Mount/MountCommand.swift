@@ -17,7 +17,7 @@ struct MountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -79,6 +79,9 @@ struct MountCommand: ParsableCommand {
 
     @Flag(help: "Keep no persistent metadata cache: every mount lists the whole folder again.")
     var noCache = false
+
+    @Option(help: ArgumentHelp("Listings the first full listing runs at once, one per subtree of the mounted folder (default 8; 1 lists it as one chain of pages).", valueName: "n"))
+    var listingConcurrency: Int?
 
     @Flag(help: "Put Dropbox's thumbnails of a folder's images in the freedesktop thumbnail cache when the folder is listed, so file managers show previews without downloading the photos (recommended for desktop use; a few calls per folder of images).")
     var thumbnails = false
@@ -198,6 +201,15 @@ struct MountCommand: ParsableCommand {
             caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
         filesystemOptions.readAhead = try readOptions.readAhead(options)
         filesystemOptions.showExports = !(hideExports || options.settings["hide_exports"] != nil)
+        if let listingConcurrency {
+            guard (1...64).contains(listingConcurrency) else {
+                throw UsageError("--listing-concurrency needs a number from 1 to 64, not \(listingConcurrency)")
+            }
+            filesystemOptions.listingConcurrency = listingConcurrency
+        } else if let value = try options.number("listing_concurrency") {
+            guard (1...64).contains(value) else { throw UsageError("listing_concurrency needs a number from 1 to 64, not \(value)") }
+            filesystemOptions.listingConcurrency = Int(value)
+        }
         // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
         let store: DeferredStore? = noCache || options.settings["no_cache"] != nil ? nil : DeferredStore(
             directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,

@@ -12,6 +12,7 @@
 
 import DropboxClient
 import Foundation
+import Synchronization
 
 extension DropboxFilesystem {
     /// Loads the saved tree, if any, and starts the sync thread.
@@ -47,7 +48,11 @@ extension DropboxFilesystem {
                         if let backoff = result.backoff, backoff > 0 { pause(seconds: Double(backoff)) }
                     }
                 } else {
-                    try fill(replacing: resetting)
+                    // A fill that failed part way left entries in the tree that may be gone by
+                    // now, and the next fill's cursor will not report them: it must replace.
+                    let replacing = resetting
+                    resetting = true
+                    try fill(replacing: replacing)
                     resetting = false
                     listedAll = true
                     lastSaved = -.infinity
@@ -79,18 +84,55 @@ extension DropboxFilesystem {
         }
     }
 
-    /// One recursive listing of the mounted folder into the tree. With `replacing`, what it does not
+    /// One listing of the whole mounted folder into the tree. With `replacing`, what it does not
     /// show any more is removed (after a `reset`).
+    ///
+    /// Split into subtrees listed in parallel (`listingConcurrency` at once), because a recursive
+    /// listing is a chain of pages, each a round trip after the last. The change feed's cursor is
+    /// taken first (`get_latest_cursor`), and the feed replays every change after it once the
+    /// listing is done. That is why no entry is lost or resurrected whatever changes meanwhile:
+    /// each subtree shows its entries as they were at some moment after the cursor, and every
+    /// change after the cursor (a deletion, a rename as delete and add, a folder replaced by a
+    /// file) is applied again, in order, on top; applying an entry twice changes nothing.
+    /// Subtrees never overlap: the mounted folder's own children are listed on their own, then
+    /// each subfolder's subtree once.
     private func fill(replacing: Bool) throws(DropboxError) {
-        var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing, showExports: options.showExports)
-        var page = try api.listFolder(path: options.rootPath, recursive: true, limit: 2000)
-        applyBatch(page.entries, update: &update, notify: replacing)
-        while page.hasMore {
-            if stopped.load(ordering: .relaxed) { return }
-            page = try api.listFolderContinue(cursor: page.cursor)
+        let concurrency = options.listingConcurrency
+        let startedAt = now()
+        var touched: Set<Slot>? = replacing ? [] : nil
+        let cursor: String
+        if concurrency <= 1 {
+            var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing, showExports: options.showExports)
+            var page = try api.listFolder(path: options.rootPath, recursive: true, limit: 2000)
             applyBatch(page.entries, update: &update, notify: replacing)
+            while page.hasMore {
+                if stopped.load(ordering: .relaxed) { return }
+                page = try api.listFolderContinue(cursor: page.cursor)
+                applyBatch(page.entries, update: &update, notify: replacing)
+            }
+            touched = update.touched
+            cursor = page.cursor
+        } else {
+            cursor = try api.latestCursor(path: options.rootPath, recursive: true)
+            let collected = Shared<Set<Slot>>([])
+            // The mounted folder's own entries; its subfolders become the subtrees. A tree narrow at
+            // the top (fewer subfolders than listings at once) is split one level further, twice
+            // at most.
+            var units = try listAndApply(options.rootPath, recursive: false, replacing: replacing, into: collected)
+            for _ in 0..<2 where units.count < concurrency && !units.isEmpty {
+                let next = Shared<[String]>([])
+                try inParallel(units, concurrency: concurrency) { folder throws(DropboxError) in
+                    let below = try self.listAndApply(folder, recursive: false, replacing: replacing, into: collected)
+                    next.value.withLock { $0.append(contentsOf: below) }
+                }
+                units = next.value.withLock { $0 }
+            }
+            try inParallel(units, concurrency: concurrency) { folder throws(DropboxError) in
+                _ = try self.listAndApply(folder, recursive: true, replacing: replacing, into: collected)
+            }
+            if stopped.load(ordering: .relaxed) { return }
+            if replacing { touched = collected.value.withLock { $0 } }
         }
-        let touched = update.touched
         let invalidations = state.withLock { state -> [KernelInvalidation] in
             var gone: [KernelInvalidation] = []
             if let touched {
@@ -102,8 +144,9 @@ extension DropboxFilesystem {
                     state.tree.remove(slot)
                 }
             }
-            state.tree.markAllFoldersComplete(at: now())
-            state.feed.cursor = page.cursor
+            // Listed no earlier than the cursor was taken; the feed brings everything after it.
+            state.tree.markAllFoldersComplete(at: concurrency <= 1 ? now() : startedAt)
+            state.feed.cursor = cursor
             state.feed.unsaved = true
             state.feed.live = true
             state.feed.lastContact = now()
@@ -112,6 +155,63 @@ extension DropboxFilesystem {
         invalidate(invalidations)
         signalFeedChanged()
         logger.info("listed the mounted folder", metadata: ["entries": "\(cacheFootprint.entries)"])
+    }
+
+    /// Lists `path` (all its pages) into the tree; returns the display paths of the subfolders
+    /// it holds directly, for a non-recursive listing.
+    private func listAndApply(_ path: String, recursive: Bool, replacing: Bool,
+                              into touched: Shared<Set<Slot>>) throws(DropboxError) -> [String] {
+        var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing, showExports: options.showExports)
+        var subfolders: [String] = []
+        var page: ListFolderPage
+        do throws(DropboxError) {
+            page = try api.listFolder(path: path, recursive: recursive, limit: 2000)
+        } catch where path != options.rootPath && (error.isRoute("path", "not_found") || error.isRoute("path", "not_folder")) {
+            // Deleted, or replaced by a file, since its parent was listed: the feed brings that.
+            return []
+        }
+        while true {
+            applyBatch(page.entries, update: &update, notify: replacing)
+            if !recursive {
+                for case .folder(let folder) in page.entries {
+                    // Its own entry (a recursive listing's first) is not a child.
+                    if let display = folder.pathDisplay, display.lowercased() != path.lowercased() { subfolders.append(display) }
+                }
+            }
+            guard page.hasMore, !stopped.load(ordering: .relaxed) else { break }
+            do throws(DropboxError) {
+                page = try api.listFolderContinue(cursor: page.cursor)
+            } catch where path != options.rootPath && error.isRoute("path") {
+                // The folder went away while it was being listed; the feed removes what was applied.
+                break
+            }
+        }
+        if let collected = update.touched { touched.value.withLock { $0.formUnion(collected) } }
+        return subfolders
+    }
+
+    /// Runs `body` for each folder, `concurrency` at once on the listing pool; the first error is
+    /// thrown once all have ended (the others stop early).
+    private func inParallel(_ folders: [String], concurrency: Int,
+                            _ body: @escaping @Sendable (String) throws(DropboxError) -> Void) throws(DropboxError) {
+        guard !folders.isEmpty else { return }
+        let done = NSCondition()
+        let outcome = Shared<(remaining: Int, error: DropboxError?)>((folders.count, nil))
+        for folder in folders {
+            listers.submit(urgent: false) { [self] in
+                if outcome.value.withLock({ $0.error == nil }) && !stopped.load(ordering: .relaxed) {
+                    do throws(DropboxError) { try body(folder) } catch {
+                        outcome.value.withLock { if $0.error == nil { $0.error = error } }
+                    }
+                }
+                let last = outcome.value.withLock { o -> Bool in o.remaining -= 1; return o.remaining == 0 }
+                if last { done.withLock { done.broadcast() } }
+            }
+        }
+        done.withLock {
+            while outcome.value.withLock({ $0.remaining > 0 }) { done.wait() }
+        }
+        if let error = outcome.value.withLock({ $0.error }) { throw error }
     }
 
     /// `continue` from `cursor` until Dropbox has nothing more, applying every change.
@@ -170,4 +270,10 @@ extension DropboxFilesystem {
             Thread.sleep(forTimeInterval: min(0.1, until.timeIntervalSinceNow))
         }
     }
+}
+
+/// A Mutex that closures running on other threads can share.
+final class Shared<Value: Sendable>: Sendable {
+    let value: Mutex<Value>
+    init(_ initial: Value) { value = Mutex(initial) }
 }

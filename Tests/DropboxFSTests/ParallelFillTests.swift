@@ -1,0 +1,171 @@
+// The first listing split into subtrees listed in parallel, with the change feed continuing from
+// a cursor taken before any of them: what it costs, and that no change made meanwhile is lost or
+// undone (a reference model: the fake's own tree, after random changes during the listing).
+
+import DropboxClient
+@testable import DropboxFS
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@Suite("Parallel first listing")
+struct ParallelFillTests {
+    let clock = ManualClock()
+
+    func makeFS(_ dropbox: FakeDropbox, concurrency: Int = 8) -> DropboxFilesystem {
+        var options = FilesystemOptions(metadataTTL: .seconds(60))
+        options.listingConcurrency = concurrency
+        return DropboxFilesystem(api: dropbox, options: options, folderModified: 0, now: clock.now)
+    }
+
+    /// Every path the mount shows, with a file's size (nil for a folder), walked through the core.
+    func visible(_ fs: DropboxFilesystem) throws -> [String: UInt64?] {
+        var found: [String: UInt64?] = [:]
+        func walk(_ folder: InodeNumber, _ prefix: String) throws {
+            let handle = try fs.openDirectory(folder)
+            defer { fs.releaseDirectory(handle) }
+            for entry in try fs.readDirectory(handle, from: 2) {
+                guard let attributes = entry.attributes else { continue }
+                let path = prefix + "/" + entry.name
+                if attributes.kind == .directory {
+                    found[path.lowercased()] = .some(nil)
+                    try walk(attributes.inode, path)
+                } else {
+                    found[path.lowercased()] = attributes.size
+                }
+            }
+        }
+        try walk(.root, "")
+        return found
+    }
+
+    func served(_ dropbox: FakeDropbox) -> [String: UInt64?] {
+        var found: [String: UInt64?] = [:]
+        for (path, item) in dropbox.items { found[path] = item.isFolder ? .some(nil) : UInt64(item.content.count) }
+        return found
+    }
+
+    @Test func subtreesAreListedOnceEachAndAnswerWithoutFurtherCalls() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        for f in 0..<20 {
+            dropbox.addFolder("/F\(f)")
+            for i in 0..<10 { dropbox.addFile("/F\(f)/file\(i).txt", Array("\(f)-\(i)".utf8)) }
+        }
+        dropbox.addFolder("/F0/deep")
+        dropbox.addFile("/F0/deep/leaf.txt", [1, 2, 3])
+        dropbox.addFile("/top.txt", [1])
+        let fs = makeFS(dropbox)
+        defer { fs.stopChangeFeed() }
+        fs.startChangeFeed()
+        #expect(eventually { fs.isFeedLive })
+        #expect(dropbox.counters.recursiveListFolder == 20, "one recursive listing per top-level folder")
+        #expect(dropbox.counters.listFolder == 1, "the mounted folder's own entries, once")
+        let before = dropbox.counters
+        #expect(try visible(fs) == served(dropbox))
+        #expect(dropbox.counters.listFolder == before.listFolder && dropbox.counters.recursiveListFolder == 20,
+                "no folder is listed again")
+    }
+
+    @Test func aTreeNarrowAtTheTopIsSplitOneLevelFurther() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        dropbox.addFolder("/Only")
+        for f in 0..<12 {
+            dropbox.addFolder("/Only/S\(f)")
+            dropbox.addFile("/Only/S\(f)/a.txt", [UInt8(f)])
+        }
+        dropbox.addFile("/Only/loose.txt", [9])
+        let fs = makeFS(dropbox)
+        defer { fs.stopChangeFeed() }
+        fs.startChangeFeed()
+        #expect(eventually { fs.isFeedLive })
+        #expect(dropbox.counters.listFolder == 2, "the root, then /Only on its own")
+        #expect(dropbox.counters.recursiveListFolder == 12)
+        #expect(try visible(fs) == served(dropbox))
+    }
+
+    @Test func aListingThatFailedPartWayIsReplacedNotAddedTo() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        dropbox.addFolder("/A")
+        dropbox.addFile("/A/x.txt", [1])
+        dropbox.addFolder("/B")
+        dropbox.addFile("/B/y.txt", [2])
+        let subtrees = Mutex(0)
+        // The second subtree listing fails: one subtree is in the tree, the fill is not.
+        dropbox.setGates(listing: nil, recursive: {
+            if subtrees.withLock({ $0 += 1; return $0 }) == 2 { dropbox.fail(with: .server(status: 503, body: "")) }
+        })
+        let fs = makeFS(dropbox, concurrency: 2)
+        defer { fs.stopChangeFeed() }
+        fs.startChangeFeed()
+        #expect(eventually { subtrees.withLock { $0 } >= 2 })
+        // Gone before the next attempt, and never reported: that attempt's cursor is newer.
+        dropbox.setGates(listing: nil, recursive: nil)
+        dropbox.silentlyRemove("/A/x.txt")
+        dropbox.silentlyRemove("/B/y.txt")
+        dropbox.fail(with: nil)
+        #expect(eventually(within: 10) { fs.isFeedLive })
+        #expect(try visible(fs) == served(dropbox), "what the failed attempt had applied is dropped")
+    }
+
+    @Test(arguments: 0..<40)
+    func randomChangesDuringTheListingAreNeitherLostNorUndone(seed: Int) throws {
+        var rng = SeededGenerator(seed: UInt64(seed) &* 0x9E37_79B9 &+ 7)
+        let dropbox = FakeDropbox(pageSize: 7)
+        for f in 0..<6 {
+            dropbox.addFolder("/D\(f)")
+            for i in 0..<Int.random(in: 3...15, using: &rng) { dropbox.addFile("/D\(f)/f\(i).bin", [UInt8(i)]) }
+            if Bool.random(using: &rng) {
+                dropbox.addFolder("/D\(f)/sub")
+                dropbox.addFile("/D\(f)/sub/x.bin", [1, 2])
+            }
+        }
+        let changes = Mutex(rng)
+        // Each listing starts after some random changes anywhere in the tree.
+        let change: @Sendable () -> Void = {
+            changes.withLock { rng in
+                for _ in 0..<Int.random(in: 0...3, using: &rng) { Self.randomChange(dropbox, &rng) }
+            }
+        }
+        dropbox.setGates(listing: change, recursive: change)
+        defer { dropbox.setGates(listing: nil, recursive: nil) }
+        let fs = makeFS(dropbox, concurrency: 3)
+        defer { fs.stopChangeFeed() }
+        fs.startChangeFeed()
+        #expect(eventually { fs.isFeedLive })
+        dropbox.setGates(listing: nil, recursive: nil)
+        // After the listing, the feed replays what changed since its cursor.
+        #expect(eventually(within: 10) { (try? visible(fs)) == served(dropbox) }, "seed \(seed)")
+    }
+
+    /// Creates, rewrites, deletes or renames a file, or creates, deletes or replaces a folder.
+    static func randomChange(_ dropbox: FakeDropbox, _ rng: inout SeededGenerator) {
+        let folders = dropbox.items.filter { $0.value.isFolder }.map(\.value.displayPath).sorted()
+        let files = dropbox.items.filter { !$0.value.isFolder }.map(\.value.displayPath).sorted()
+        let n = Int.random(in: 0..<1000, using: &rng)
+        switch Int.random(in: 0..<7, using: &rng) {
+        case 0 where !folders.isEmpty:
+            dropbox.addFile(folders.randomElement(using: &rng)! + "/new\(n).bin", [UInt8(n % 256)])
+        case 1 where !files.isEmpty:
+            dropbox.addFile(files.randomElement(using: &rng)!, Array(repeating: 7, count: n % 9 + 1))
+        case 2 where !files.isEmpty:
+            dropbox.remove(files.randomElement(using: &rng)!)
+        case 3 where !files.isEmpty:
+            let from = files.randomElement(using: &rng)!
+            let content = dropbox.items[from.lowercased()]?.content ?? []
+            dropbox.remove(from)
+            dropbox.addFile(from + ".moved", content)
+        case 4:
+            dropbox.addFolder("/N\(n)")
+            dropbox.addFile("/N\(n)/inside.bin", [3])
+        case 5 where folders.count > 1:
+            dropbox.remove(folders.randomElement(using: &rng)!)
+        case 6 where !folders.isEmpty:
+            let folder = folders.randomElement(using: &rng)!
+            dropbox.remove(folder)
+            dropbox.addFile(folder, [4, 4])   // a folder replaced by a file
+        default:
+            break
+        }
+    }
+}
