@@ -13,11 +13,12 @@
 // - `Errors/`: `FSError`, and the one boundary where a failed operation is logged.
 //
 // How metadata stays both cheap and right.
-// - The whole mounted folder is one recursive `list_folder` cursor, filled in the background after
-//   mount (`ChangeFeed.swift`) and applied to a compact tree (`Tree.swift`). A folder the user opens
+// - The whole mounted folder is listed in the background after mount, as subtree listings in
+//   parallel (`ChangeFeed.swift`), into a compact tree (`Tree.swift`). A folder the user opens
 //   before the fill reaches it is listed on its own at once, single-flight, instead of waiting.
-// - Then the same cursor becomes a change feed (`longpoll`, then `continue`), whose file, folder and
-//   deleted entries are applied in place, telling the kernel what to forget.
+// - A recursive cursor taken before that listing becomes the change feed (`longpoll`, then
+//   `continue`), whose file, folder and deleted entries are applied in place, telling the kernel
+//   what to forget.
 // - A complete folder answers lookups (ENOENT included), getattr and readdir from memory: forever
 //   while the feed is live, and for `metadataTTL` past its last confirmation while it is down.
 //   A stale folder is listed again whole; never one call per file.

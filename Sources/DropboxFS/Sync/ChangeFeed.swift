@@ -2,13 +2,14 @@
 // any daemonizing fork):
 //
 // 1. A tree saved by an earlier mount is loaded and caught up with `continue` from its cursor;
-//    otherwise one recursive `list_folder` of the mounted folder fills the tree (pages of 2000).
-//    Folders become complete when the fill ends; until then each folder a user opens is listed on
-//    its own (DropboxFilesystem.ensureFreshListing).
+//    otherwise the mounted folder is listed whole (`fill`): the feed's cursor first, then subtree
+//    listings in parallel on the listing pool. Folders become complete when the fill ends; until
+//    then each folder a user opens is listed on its own (DropboxFilesystem.ensureFreshListing).
 // 2. Then `longpoll` on the cursor, and `continue` when it reports changes, applying file, folder and
 //    deleted entries in place and telling the kernel what to forget. `backoff` is honoured.
 // 3. `reset` starts again from a fresh recursive listing; what it no longer shows is removed.
-// 4. Any other failure marks the feed down (TTL rules apply again) and retries with backoff.
+// 4. Any other failure marks the feed down (TTL rules apply again) and retries with backoff; a
+//    fill that failed part way is retried as a replacing one.
 
 import DropboxClient
 import Foundation
