@@ -84,6 +84,38 @@ struct ParallelFillTests {
         #expect(try visible(fs) == served(dropbox))
     }
 
+    @Test func aSubtreeListedWholeAnswersAtOnceWhileTheRestIsStillListed() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        for top in ["A", "B"] {
+            dropbox.addFolder("/\(top)")
+            dropbox.addFolder("/\(top)/sub")
+            dropbox.addFile("/\(top)/sub/f.txt", [1])
+        }
+        let hold = DispatchSemaphore(value: 0)
+        let subtrees = Mutex(0)
+        // The second subtree listing waits; the first finishes.
+        dropbox.setGates(listing: nil, recursive: {
+            if subtrees.withLock({ $0 += 1; return $0 }) == 2 { hold.wait() }
+        })
+        let fs = makeFS(dropbox, concurrency: 2)
+        defer { fs.stopChangeFeed(); hold.signal() }
+        fs.startChangeFeed()
+        #expect(eventually { subtrees.withLock { $0 } == 2 })
+        Thread.sleep(forTimeInterval: 0.2)   // the first subtree's last page is applied
+        var calls: [Int] = []
+        for top in ["A", "B"] {
+            let before = dropbox.counters.listFolder
+            let folder = try fs.lookup(parent: try fs.lookup(parent: .root, name: top).inode, name: "sub")
+            #expect(try fs.lookup(parent: folder.inode, name: "f.txt").size == 1)
+            calls.append(dropbox.counters.listFolder - before)
+        }
+        #expect(calls.min() == 0, "the finished subtree is answered from the tree: \(calls)")
+        #expect(!fs.isFeedLive)
+        dropbox.setGates(listing: nil, recursive: nil)
+        hold.signal()
+        #expect(eventually { fs.isFeedLive })
+    }
+
     @Test func aListingThatFailedPartWayIsReplacedNotAddedTo() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         dropbox.addFolder("/A")

@@ -164,6 +164,17 @@ struct Tree {
         }
     }
 
+    /// The node at Dropbox path `path` (any case) below the mounted folder `root`, if the tree has it.
+    func slot(atPath path: String, below root: String) -> Slot? {
+        let rootDepth = root.split(separator: "/").count
+        var slot = Slot.root
+        for component in path.split(separator: "/").dropFirst(rootDepth) {
+            guard let next = child(of: slot, folded: FoldedName(String(component))) else { return nil }
+            slot = next
+        }
+        return slot
+    }
+
     // MARK: Changing
 
     enum Upsert: Equatable {

@@ -162,7 +162,10 @@ extension DropboxFilesystem {
     /// it holds directly, for a non-recursive listing.
     private func listAndApply(_ path: String, recursive: Bool, replacing: Bool,
                               into touched: Shared<Set<Slot>>) throws(DropboxError) -> [String] {
-        var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing, showExports: options.showExports)
+        // Touched slots are kept for a subtree in any case: its folders are complete once it is.
+        let listedAt = now()
+        var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing || recursive,
+                                showExports: options.showExports)
         var subfolders: [String] = []
         var page: ListFolderPage
         do throws(DropboxError) {
@@ -187,7 +190,20 @@ extension DropboxFilesystem {
                 break
             }
         }
-        if let collected = update.touched { touched.value.withLock { $0.formUnion(collected) } }
+        if stopped.load(ordering: .relaxed) { return subfolders }
+        // Listed whole: its folders answer from the tree now, so a reader that reaches them
+        // (`find` walking ahead of the fill) lists none of them again.
+        let collected = update.touched
+        state.withLock { state in
+            guard let folder = state.tree.slot(atPath: path, below: options.rootPath), state.tree.isDirectory(folder) else { return }
+            state.tree.markComplete(folder, listedAt: listedAt)
+            if recursive, let collected {
+                for slot in collected where state.tree.isAlive(slot) && state.tree.isDirectory(slot) {
+                    state.tree.markComplete(slot, listedAt: listedAt)
+                }
+            }
+        }
+        if replacing, let collected { touched.value.withLock { $0.formUnion(collected) } }
         return subfolders
     }
 
