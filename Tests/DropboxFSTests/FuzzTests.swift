@@ -84,13 +84,14 @@ struct ListingFuzzTests {
                 }
                 entries += 1
             }
-            // A marker after the batch: once it shows, the batch has been applied.
+            // A marker after the batch (and after the last round's marker is removed): once it
+            // shows, everything before it has been applied, wherever a page of the feed ended.
             let marker = "/zz-marker-\(rounds % 2)"
             dropbox.journal(batch)
-            dropbox.addFile(marker, Array(repeating: 7, count: rounds))
-            model.nodes[marker] = (String(marker.dropFirst()), UInt64(rounds))
             model.removeSubtree("/zz-marker-\((rounds + 1) % 2)")
             dropbox.remove("/zz-marker-\((rounds + 1) % 2)")
+            dropbox.addFile(marker, Array(repeating: 7, count: rounds))
+            model.nodes[marker] = (String(marker.dropFirst()), UInt64(rounds))
             let applied = eventually(within: 10) {
                 (try? fs.lookup(parent: .root, name: String(marker.dropFirst())).size) == UInt64(rounds)
             }
