@@ -125,13 +125,14 @@ def mount_entry(path: Path) -> list:
 class Mount:
     """dbx-mount in the foreground (-f), so the test owns the process it signals."""
 
-    def __init__(self, emulator: Emulator, mountpoint: Path, *args: str, token: str = TOKEN):
+    def __init__(self, emulator: Emulator, mountpoint: Path, *args: str, token: str = TOKEN, cache_home: Path = None):
         self.mountpoint = mountpoint
         mountpoint.mkdir(parents=True, exist_ok=True)
-        # The persistent cache goes to the test's own folder, never the user's ~/.cache.
+        # The persistent cache goes to the test's own folder, never the user's ~/.cache. Mounts
+        # that run at the same time need their own: one cache serves one mount.
         env = dict(os.environ, DBX_ACCESS_TOKEN=token, DBX_API_URL=emulator.url,
                    DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url,
-                   XDG_CACHE_HOME=str(mountpoint.parent / "cache"))
+                   XDG_CACHE_HOME=str(cache_home or mountpoint.parent / "cache"))
         self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, str(mountpoint)], env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
@@ -181,7 +182,8 @@ def mount(emulator, tmp_path):
 
     def make(*args, source=None, token=TOKEN):
         extra = [source] if source is not None else []
-        m = Mount(emulator, tmp_path / f"mnt{len(mounts)}", *args, *extra, token=token)
+        m = Mount(emulator, tmp_path / f"mnt{len(mounts)}", *args, *extra, token=token,
+                  cache_home=tmp_path / f"cache{len(mounts)}")
         mounts.append(m)
         return m.mountpoint
 

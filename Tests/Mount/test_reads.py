@@ -52,7 +52,7 @@ def mount(reads_emulator, tmp_path):
     mounts = []
 
     def make(*args):
-        m = Mount(reads_emulator, tmp_path / f"mnt{len(mounts)}", *args)
+        m = Mount(reads_emulator, tmp_path / f"mnt{len(mounts)}", *args, cache_home=tmp_path / f"cache{len(mounts)}")
         mounts.append(m)
         return m.mountpoint
 
