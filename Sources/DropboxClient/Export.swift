@@ -27,7 +27,7 @@ extension DropboxHTTPClient {
 
     /// `files/export` of the file at `path` (`/p` or `id:`); `format` nil uses the file's `export_as`.
     public func export(path: String, format: String?) throws(DropboxError) -> ExportedFile {
-        var arg: [String: JSONValue] = ["path": .string(path)]
+        var arg: JSONObject = ["path": .string(path)]
         if let format { arg["export_format"] = .string(format) }
         let header = JSONWriter.encode(.object(arg), headerSafe: true)
         let response = try send(route: "files/export", host: endpoints.content, maxResponseBytes: Self.maxExportBytes,

@@ -49,7 +49,7 @@ extension DropboxHTTPClient {
                                    context: "get_metadata")
     }
 
-    private func listFolderArg(path: String, recursive: Bool) -> [String: JSONValue] {
+    private func listFolderArg(path: String, recursive: Bool) -> JSONObject {
         // Every flag explicit, as py sends them; `include_deleted` false still reports deletions
         // on `continue` (chg).
         ["path": .string(path), "recursive": .bool(recursive), "include_deleted": .bool(false),

@@ -13,8 +13,7 @@ enum JSONValue: Sendable, Equatable {
     case number(String)
     case string(String)
     case array([JSONValue])
-    /// A repeated key keeps its last value.
-    case object([String: JSONValue])
+    case object(JSONObject)
 
     subscript(key: String) -> JSONValue? {
         if case .object(let fields) = self { return fields[key] }
@@ -31,6 +30,52 @@ enum JSONValue: Sendable, Equatable {
         case .array: "an array"
         case .object: "an object"
         }
+    }
+}
+
+/// A JSON object's members in the order they came. A page of `list_folder` holds thousands of
+/// small objects, and a dictionary per object (hashing every key with a seeded hasher) was the
+/// largest cost of decoding one; a few fields found by a linear scan cost far less. Lookups scan
+/// from the end, so a repeated key keeps its last value, as before; appending never searches, so a
+/// hostile object with many keys costs linear time to read.
+struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral {
+    private var members: [(key: String, value: JSONValue)] = []
+
+    init() {}
+
+    init(dictionaryLiteral elements: (String, JSONValue)...) {
+        for (key, value) in elements { self[key] = value }
+    }
+
+    /// Adds a member as read, without looking for an earlier one of the same key.
+    mutating func append(_ key: String, _ value: JSONValue) {
+        members.append((key, value))
+    }
+
+    subscript(key: String) -> JSONValue? {
+        get {
+            var i = members.count
+            while i > 0 {
+                i -= 1
+                if members[i].key == key { return members[i].value }
+            }
+            return nil
+        }
+        set {
+            members.removeAll { $0.key == key }
+            if let newValue { members.append((key, newValue)) }
+        }
+    }
+
+    /// Each key once.
+    var keys: [String] {
+        var seen = Set<String>()
+        return members.reversed().compactMap { seen.insert($0.key).inserted ? $0.key : nil }.reversed()
+    }
+
+    static func == (a: JSONObject, b: JSONObject) -> Bool {
+        let keys = a.keys
+        return keys.count == b.keys.count && keys.allSatisfy { a[$0] == b[$0] }
     }
 }
 
@@ -106,7 +151,7 @@ struct JSONReader {
 
     private mutating func readObject(depth: Int) throws(JSONSyntaxError) -> JSONValue {
         index += 1  // {
-        var fields: [String: JSONValue] = [:]
+        var fields = JSONObject()
         skipWhitespace()
         if current == UInt8(ascii: "}") { index += 1; return .object(fields) }
         while true {
@@ -117,7 +162,7 @@ struct JSONReader {
             guard current == UInt8(ascii: ":") else { throw failure("expected ':'") }
             index += 1
             skipWhitespace()
-            fields[key] = try readValue(depth: depth + 1)
+            fields.append(key, try readValue(depth: depth + 1))
             skipWhitespace()
             switch current {
             case UInt8(ascii: ","): index += 1
@@ -172,12 +217,20 @@ struct JSONReader {
     private mutating func readString() throws(JSONSyntaxError) -> String {
         index += 1  // opening quote
         let start = index
-        // Fast path: no escapes, so the bytes between the quotes are the string.
+        // Fast path: no escapes, so the bytes between the quotes are the string; when they are
+        // all ASCII they need no UTF-8 validation either (most names and every key and id).
+        var highBits: UInt8 = 0
         while let c = current, c != UInt8(ascii: "\""), c != UInt8(ascii: "\\") {
             guard c >= 0x20 else { throw failure("control character in a string") }
+            highBits |= c
             index += 1
         }
         guard let stop = current else { throw failure("unterminated string") }
+        if stop == UInt8(ascii: "\""), highBits < 0x80 {
+            let end = index
+            index += 1  // closing quote
+            return bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[start..<end]), as: UTF8.self) }
+        }
         var utf8 = Array(bytes[start..<index])
         if stop == UInt8(ascii: "\\") {
             while true {
@@ -273,7 +326,7 @@ enum JSONWriter {
             out += "]"
         case .object(let fields):
             out += "{"
-            for (i, key) in fields.keys.sorted().enumerated() {
+            for (i, key) in fields.keys.sorted().enumerated() {   // keys: each once, its last value
                 if i > 0 { out += "," }
                 writeString(key, into: &out, headerSafe: headerSafe)
                 out += ":"

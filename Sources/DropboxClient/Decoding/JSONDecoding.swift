@@ -7,7 +7,7 @@
 
 /// A JSON object being decoded, with a context ("file entry", "account") for error messages.
 struct JSONFields {
-    let fields: [String: JSONValue]
+    let fields: JSONObject
     let context: String
 
     init(_ value: JSONValue, context: String) throws(DropboxError) {
@@ -107,7 +107,12 @@ public enum DropboxTimestamp {
     /// (fractions, offsets, out-of-range fields such as February 30) gives nil, as py's `strptime`
     /// would refuse it.
     public static func parse(_ text: String) -> UnixSeconds? {
-        let b = Array(text.utf8)
+        var text = text
+        // Every entry of a listing carries two timestamps: read them in place, not as a copy.
+        return text.withUTF8 { parse(utf8: $0) }
+    }
+
+    private static func parse(utf8 b: UnsafeBufferPointer<UInt8>) -> UnixSeconds? {
         guard b.count == 20, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: "T"),
               b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":"), b[19] == UInt8(ascii: "Z")
         else { return nil }
