@@ -4,6 +4,8 @@ import Logging
 /// How one batch of Dropbox metadata lands in the tree.
 struct TreeUpdate {
     let rootPath: String
+    private let rootFolded: [UInt8]
+    private let rootDepth: Int
     let logger: Logger
     /// Kernel invalidations the batch requires, in order.
     var invalidations: [KernelInvalidation] = []
@@ -18,6 +20,8 @@ struct TreeUpdate {
 
     init(rootPath: String, logger: Logger, collectTouched: Bool = false, showExports: Bool = true) {
         self.rootPath = rootPath
+        rootFolded = FoldedName(rootPath).bytes
+        rootDepth = rootPath.split(separator: "/").count
         self.logger = logger
         self.showExports = showExports
         touched = collectTouched ? [] : nil
@@ -51,9 +55,12 @@ struct TreeUpdate {
     /// With `newFoldersListedAt` (the feed, once the tree is whole), a folder that first appears here
     /// is complete from birth: the recursive cursor reports everything that lands in it.
     mutating func apply(_ entries: [Metadata], to tree: inout Tree, notify: Bool, newFoldersListedAt: Double? = nil) {
+        // The folder the last entry landed in, by the display path the walk followed. A listing
+        // sends a folder's entries one after another, so most entries skip the walk from the root.
+        // The slot stays valid: only an entry at that folder's own path or above can remove it, and
+        // such an entry misses the cache (its parent is higher up) and replaces it after its walk.
+        var lastParent: (displayPath: Substring, slot: Slot)?
         for entry in entries {
-            guard let components = relativeComponents(entry) else { continue }
-            guard !components.isEmpty else { continue }   // the mounted folder itself
             // Checked before walking the path: an entry that will be skipped (a name with `/`,
             // `..`, ...) must not leave behind the folders its path implies (found by fuzzing).
             var accepted: (String, FileDetails?)?
@@ -61,23 +68,21 @@ struct TreeUpdate {
                 guard let ok = acceptable(entry, in: "change") else { continue }
                 accepted = ok
             }
-            var parent = Slot.root
-            var parentMissing = false
-            for component in components.dropLast() {
-                if let next = tree.child(of: parent, folded: FoldedName(component)), tree.isDirectory(next) {
-                    parent = next
-                    continue
-                }
-                if case .deleted = entry { parentMissing = true; break }   // nothing under an unknown path to delete
-                guard EntryName.isValid(component) else { parentMissing = true; break }
-                let (slot, outcome) = tree.upsert(parent: parent, name: component, details: nil)
-                if notify { record(outcome, slot: slot, name: component, parent: parent) }
-                if outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
-                touched?.insert(slot)
-                parent = slot
+            let parentKey = (entry.pathDisplay ?? entry.pathLower).flatMap(Self.parentPath)
+            let parent: Slot
+            let leaf: String
+            if let key = parentKey, let cached = lastParent, cached.displayPath == key, isUnderRoot(entry) {
+                parent = cached.slot
+                leaf = entry.name
+            } else {
+                guard let components = relativeComponents(entry) else { continue }
+                guard !components.isEmpty else { continue }   // the mounted folder itself
+                guard let found = walkToParent(of: entry, along: components, in: &tree, notify: notify,
+                                               newFoldersListedAt: newFoldersListedAt) else { continue }
+                parent = found
+                leaf = components.last!
+                if let key = parentKey { lastParent = (key, found) }
             }
-            if parentMissing { continue }
-            let leaf = components.last!
             if case .deleted = entry {
                 // A deleted document was shown under its export name; deleted entries do not say
                 // which documents were exports, so try those names too.
@@ -151,19 +156,59 @@ struct TreeUpdate {
         }
     }
 
+    /// Finds (or, for an entry that is not a deletion, creates) the folders on the entry's path;
+    /// nil when a deletion's folder is not known or a folder name on the path cannot be shown.
+    private mutating func walkToParent(of entry: Metadata, along components: [String], in tree: inout Tree,
+                                       notify: Bool, newFoldersListedAt: Double?) -> Slot? {
+        var parent = Slot.root
+        for component in components.dropLast() {
+            if let next = tree.child(of: parent, folded: FoldedName(component)), tree.isDirectory(next) {
+                parent = next
+                continue
+            }
+            if case .deleted = entry { return nil }   // nothing under an unknown path to delete
+            guard EntryName.isValid(component) else { return nil }
+            let (slot, outcome) = tree.upsert(parent: parent, name: component, details: nil)
+            if notify { record(outcome, slot: slot, name: component, parent: parent) }
+            if outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
+            touched?.insert(slot)
+            parent = slot
+        }
+        return parent
+    }
+
+    /// Whether the entry's lower-case path is the mounted folder or lies below it.
+    private func isUnderRoot(_ entry: Metadata) -> Bool {
+        guard let lower = entry.pathLower else { return false }
+        let lowerBytes = FoldedName(lower).bytes
+        guard lowerBytes.starts(with: rootFolded) else { return false }
+        let rest = lowerBytes.dropFirst(rootFolded.count)
+        return rest.isEmpty || rest.first == UInt8(ascii: "/")
+    }
+
+    /// A path without its last component ("/a/b/c" gives "/a/b"), the key under which `apply`
+    /// remembers the folder the walk found. Nil unless the path is plain ("/" then non-empty
+    /// names), so that one key always stands for the same components of the walk: "/A/" or
+    /// "/A//b" (never from Dropbox, but a hostile server may send them) split differently.
+    private static func parentPath(_ path: String) -> Substring? {
+        let utf8 = path.utf8
+        guard utf8.first == UInt8(ascii: "/"), utf8.last != UInt8(ascii: "/") else { return nil }
+        var previous: UInt8 = 0
+        for byte in utf8 {
+            if byte == UInt8(ascii: "/") && previous == UInt8(ascii: "/") { return nil }
+            previous = byte
+        }
+        guard let slash = utf8.lastIndex(of: UInt8(ascii: "/")) else { return nil }
+        return path[..<slash]
+    }
+
     /// The entry's path below the mounted folder, as display-case components; nil when it lies
     /// outside the mounted folder or carries no path.
     private func relativeComponents(_ entry: Metadata) -> [String]? {
-        guard let lower = entry.pathLower else { return nil }
-        let root = FoldedName(rootPath).bytes
-        let lowerBytes = FoldedName(lower).bytes
-        guard lowerBytes.starts(with: root) else { return nil }
-        let rest = lowerBytes.dropFirst(root.count)
-        guard rest.isEmpty || rest.first == UInt8(ascii: "/") else { return nil }
+        guard isUnderRoot(entry), let lower = entry.pathLower else { return nil }
         // Parent names come from path_display (which may have the wrong case in places), the leaf from `name`.
         let display = entry.pathDisplay ?? lower
         var components = display.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
-        let rootDepth = rootPath.split(separator: "/").count
         guard components.count >= rootDepth else { return nil }
         components.removeFirst(rootDepth)
         if !components.isEmpty { components[components.count - 1] = entry.name }
