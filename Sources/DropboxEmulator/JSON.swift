@@ -50,68 +50,75 @@ extension JSON {
     ///   calls "HTTP header safe" JSON; `Dropbox-API-Result` must be this, because Python's
     ///   http.client decodes header bytes as latin-1.
     func serialized(asciiOnly: Bool = false) -> String {
-        var out = ""
+        String(decoding: serializedBytes(asciiOnly: asciiOnly), as: UTF8.self)
+    }
+
+    /// The same text as bytes, for a response body. Written into a byte array: appending to a
+    /// String checks and grows its storage on every piece, which made up much of the emulator's
+    /// time serving a large recursive listing.
+    func serializedBytes(asciiOnly: Bool = false) -> [UInt8] {
+        var out: [UInt8] = []
         out.reserveCapacity(256)
         write(into: &out, asciiOnly: asciiOnly)
         return out
     }
 
-    private func write(into out: inout String, asciiOnly: Bool) {
+    private func write(into out: inout [UInt8], asciiOnly: Bool) {
         switch self {
-        case .null: out += "null"
-        case .bool(let b): out += b ? "true" : "false"
-        case .int(let i): out += String(i)
-        case .double(let d): out += d.isFinite ? "\(d)" : "null"
+        case .null: out += "null".utf8
+        case .bool(let b): out += (b ? "true" : "false").utf8
+        case .int(let i): out += String(i).utf8
+        case .double(let d): out += (d.isFinite ? "\(d)" : "null").utf8
         case .string(let s): JSON.writeString(s, into: &out, asciiOnly: asciiOnly)
         case .array(let items):
-            out += "["
+            out.append(UInt8(ascii: "["))
             for (i, item) in items.enumerated() {
-                if i > 0 { out += "," }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
                 item.write(into: &out, asciiOnly: asciiOnly)
             }
-            out += "]"
+            out.append(UInt8(ascii: "]"))
         case .object(let pairs):
-            out += "{"
+            out.append(UInt8(ascii: "{"))
             for (i, (key, value)) in pairs.enumerated() {
-                if i > 0 { out += "," }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
                 JSON.writeString(key, into: &out, asciiOnly: asciiOnly)
-                out += ":"
+                out.append(UInt8(ascii: ":"))
                 value.write(into: &out, asciiOnly: asciiOnly)
             }
-            out += "}"
+            out.append(UInt8(ascii: "}"))
         }
     }
 
-    private static func writeString(_ s: String, into out: inout String, asciiOnly: Bool) {
-        out += "\""
+    private static func writeString(_ s: String, into out: inout [UInt8], asciiOnly: Bool) {
+        out.append(UInt8(ascii: "\""))
         // Most strings need no escape at all (a thumbnail's megabytes of base64 among them): one
         // pass over the bytes, then one append, instead of one append per character.
         if s.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
-            out += s
-            out += "\""
+            out += s.utf8
+            out.append(UInt8(ascii: "\""))
             return
         }
         for scalar in s.unicodeScalars {
             switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
+            case "\"": out += "\\\"".utf8
+            case "\\": out += "\\\\".utf8
+            case "\n": out += "\\n".utf8
+            case "\r": out += "\\r".utf8
+            case "\t": out += "\\t".utf8
             case _ where scalar.value < 0x20:
                 appendEscape(UInt16(scalar.value), into: &out)
             case _ where asciiOnly && scalar.value >= 0x7F:
                 for unit in String(scalar).utf16 { appendEscape(unit, into: &out) }
             default:
-                out.unicodeScalars.append(scalar)
+                out += String(scalar).utf8
             }
         }
-        out += "\""
+        out.append(UInt8(ascii: "\""))
     }
 
-    private static func appendEscape(_ unit: UInt16, into out: inout String) {
+    private static func appendEscape(_ unit: UInt16, into out: inout [UInt8]) {
         let hex = String(unit, radix: 16)
-        out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+        out += ("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).utf8
     }
 }
 

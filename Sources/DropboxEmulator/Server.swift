@@ -257,7 +257,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .json(let status, let value, let extra):
             var headers = extra
             headers.replaceOrAdd(name: "Content-Type", value: "application/json")
-            sendBuffered(context: context, status: status, headers: headers, body: Array(value.serialized().utf8), keepAlive: keepAlive, admin: admin)
+            sendBuffered(context: context, status: status, headers: headers, body: value.serializedBytes(), keepAlive: keepAlive, admin: admin)
         case .text(let status, let text, let extra):
             var headers = extra
             headers.replaceOrAdd(name: "Content-Type", value: "text/plain; charset=utf-8")

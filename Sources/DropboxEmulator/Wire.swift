@@ -91,11 +91,25 @@ func dropboxTimestamp(_ seconds: Int) -> String {
     var t = time_t(seconds)
     var parts = tm()
     gmtime_r(&t, &parts)
-    func pad(_ v: Int32, _ width: Int = 2) -> String {
-        let s = String(v)
-        return String(repeating: "0", count: max(0, width - s.count)) + s
+    // Twenty bytes written in place: every entry of a listing carries two of these, and string
+    // interpolation with padding showed in profiles of a large listing.
+    var out = [UInt8](repeating: 0, count: 20)
+    func put(_ value: Int32, at offset: Int, width: Int) {
+        var v = max(0, value)
+        for i in stride(from: offset + width - 1, through: offset, by: -1) {
+            out[i] = UInt8(ascii: "0") + UInt8(v % 10)
+            v /= 10
+        }
     }
-    return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1))-\(pad(parts.tm_mday))T\(pad(parts.tm_hour)):\(pad(parts.tm_min)):\(pad(parts.tm_sec))Z"
+    put(parts.tm_year + 1900, at: 0, width: 4)
+    put(parts.tm_mon + 1, at: 5, width: 2)
+    put(parts.tm_mday, at: 8, width: 2)
+    put(parts.tm_hour, at: 11, width: 2)
+    put(parts.tm_min, at: 14, width: 2)
+    put(parts.tm_sec, at: 17, width: 2)
+    out[4] = UInt8(ascii: "-"); out[7] = UInt8(ascii: "-"); out[10] = UInt8(ascii: "T")
+    out[13] = UInt8(ascii: ":"); out[16] = UInt8(ascii: ":"); out[19] = UInt8(ascii: "Z")
+    return String(decoding: out, as: UTF8.self)
 }
 
 /// RFC 7231 IMF-fixdate for the Date header.
