@@ -151,11 +151,11 @@ public enum Callbacks {
         switch Result(catching: { () throws(FSError) in try context(req!).filesystem.openDirectory(InodeNumber(inode)) }) {
         case .success(let handle):
             fi!.pointee.fh = handle.rawValue
-            // While the change feed is live, a changed folder is invalidated explicitly, so the
-            // kernel may keep its listing across opens.
-            let cacheListing: Int32 = context(req!).filesystem.isFeedLive ? 1 : 0
-            dbx_fi_set_cache_readdir(fi!, cacheListing)
-            dbx_fi_set_keep_cache(fi!, cacheListing)
+            // Every change to a folder the kernel may have listed reaches it as an invalidation
+            // (DropboxFilesystem.invalidateFoldersListedByReaders says how), so the kernel keeps
+            // listings across opens: `find` run twice reads the second time from the kernel.
+            dbx_fi_set_cache_readdir(fi!, 1)
+            dbx_fi_set_keep_cache(fi!, 1)
             reply.open(fi!)
         case .failure(let error):
             reply.failure(error)

@@ -40,6 +40,15 @@ struct ParallelFillTests {
         return found
     }
 
+    /// One `/<top>/sub/f.txt` per name: top folders that each become a subtree listing.
+    func addTopFolders(_ tops: [String], to dropbox: FakeDropbox, fileSize: Int = 1) {
+        for top in tops {
+            dropbox.addFolder("/\(top)")
+            dropbox.addFolder("/\(top)/sub")
+            dropbox.addFile("/\(top)/sub/f.txt", Array(repeating: 1, count: fileSize))
+        }
+    }
+
     func served(_ dropbox: FakeDropbox) -> [String: UInt64?] {
         var found: [String: UInt64?] = [:]
         for (path, item) in dropbox.items { found[path] = item.isFolder ? .some(nil) : UInt64(item.content.count) }
@@ -86,11 +95,7 @@ struct ParallelFillTests {
 
     @Test func aSubtreeListedWholeAnswersAtOnceWhileTheRestIsStillListed() throws {
         let dropbox = FakeDropbox(pageSize: 50)
-        for top in ["A", "B"] {
-            dropbox.addFolder("/\(top)")
-            dropbox.addFolder("/\(top)/sub")
-            dropbox.addFile("/\(top)/sub/f.txt", [1])
-        }
+        addTopFolders(["A", "B"], to: dropbox)
         let hold = DispatchSemaphore(value: 0)
         let subtrees = Mutex(0)
         // The second subtree listing waits; the first finishes.
@@ -114,6 +119,57 @@ struct ParallelFillTests {
         dropbox.setGates(listing: nil, recursive: nil)
         hold.signal()
         #expect(eventually { fs.isFeedLive })
+    }
+
+    @Test func aReaderWaitsForTheSubtreeListingUnderWayInsteadOfListingAgain() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        addTopFolders(["A", "B"], to: dropbox, fileSize: 2)
+        let started = Mutex(0)
+        // Each subtree listing takes a while, as at a real round trip.
+        dropbox.setGates(listing: nil, recursive: {
+            started.withLock { $0 += 1 }
+            Thread.sleep(forTimeInterval: 0.3)
+        })
+        let fs = makeFS(dropbox, concurrency: 2)
+        defer { fs.stopChangeFeed() }
+        fs.startChangeFeed()
+        #expect(eventually { started.withLock { $0 } == 2 })
+        let before = dropbox.counters.listFolder
+        let sub = try fs.lookup(parent: try fs.lookup(parent: .root, name: "B").inode, name: "sub")
+        #expect(try fs.lookup(parent: sub.inode, name: "f.txt").size == 2)
+        #expect(dropbox.counters.listFolder == before, "B and B/sub came from B's subtree listing, not their own")
+        #expect(eventually { fs.isFeedLive })
+    }
+
+    @Test func foldersReadersListedDuringTheFirstListingAreInvalidatedWhenItEnds() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        addTopFolders(["A", "B", "C"], to: dropbox)
+        let hold = DispatchSemaphore(value: 0)
+        let started = Mutex(0)
+        // Two listings at once, both held: the third subtree waits its turn.
+        dropbox.setGates(listing: nil, recursive: {
+            if started.withLock({ $0 += 1; return $0 }) <= 2 { hold.wait() }
+        })
+        let invalidated = Mutex<[KernelInvalidation]>([])
+        let fs = makeFS(dropbox, concurrency: 2)
+        fs.onInvalidation { batch in invalidated.withLock { $0 += batch } }
+        defer { fs.stopChangeFeed(); hold.signal(); hold.signal() }
+        fs.startChangeFeed()
+        #expect(eventually { started.withLock { $0 } == 2 })
+        // C is not under way: a reader lists C and C/sub itself, and the kernel may keep them.
+        let c = try fs.lookup(parent: .root, name: "C")
+        let sub = try fs.lookup(parent: c.inode, name: "sub")
+        #expect(try fs.lookup(parent: sub.inode, name: "f.txt").size == 1)
+        // Meanwhile a file lands in C/sub; the subtree listing adds it without telling the kernel.
+        dropbox.addFile("/C/sub/g.txt", [2])
+        #expect(invalidated.withLock { $0 }.isEmpty)
+        hold.signal()
+        hold.signal()
+        #expect(eventually { fs.isFeedLive })
+        let sent = invalidated.withLock { $0 }
+        #expect(sent.contains(.inode(c.inode)) && sent.contains(.inode(sub.inode)),
+                "the kernel drops its copies of what readers listed: \(sent)")
+        #expect(try fs.lookup(parent: sub.inode, name: "g.txt").size == 1)
     }
 
     @Test func aListingThatFailedPartWayIsReplacedNotAddedTo() throws {

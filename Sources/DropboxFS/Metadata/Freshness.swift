@@ -37,6 +37,9 @@ extension DropboxFilesystem {
             feedChanged.unlock()
             decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         }
+        if case .list(let path, _) = decision, waitForFill(covering: path) {
+            decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
+        }
         guard case .list(let path, let firstTime) = decision else { return }
         try folderListings.run(folder) { () throws(FSError) -> Void in
             // A caller that queued behind another's listing may find the folder already fresh.
@@ -58,10 +61,28 @@ extension DropboxFilesystem {
                 guard state.tree.isAlive(folder) else { return [] }
                 var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
                 update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: !firstTime)
+                state.feed.listedByReadersDuringFill?.insert(folder)
                 return update.invalidations
             }
             invalidate(invalidations)
         }
+    }
+
+    /// How long a reader waits for the first listing to reach a folder it is listing anyway. A
+    /// subtree's pages take a round trip each, so this bounds what one `ls` can lose to a large
+    /// subtree; within it, `find` right after mounting walks behind the fill instead of listing
+    /// each folder again, one round trip after another.
+    static let fillWaitLimit: TimeInterval = 2
+
+    /// Waits while a call of the first listing under way covers `path`; true if it waited.
+    private func waitForFill(covering path: String) -> Bool {
+        let lowerPath = path.lowercased()
+        guard state.withLock({ $0.feed.fillCovers(lowerPath) }) else { return false }
+        let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
+        feedChanged.lock()
+        while state.withLock({ $0.feed.fillCovers(lowerPath) }) && Date() < deadline { _ = feedChanged.wait(until: deadline) }
+        feedChanged.unlock()
+        return true
     }
 
     private func listWholeFolder(_ path: String) throws(FSError) -> [Metadata] {

@@ -31,10 +31,10 @@ extension DropboxFilesystem {
 
     /// True once the tree holds the whole mounted folder and the feed is following changes.
     public var isFeedLive: Bool { state.withLock { $0.feed.live } }
+
     private func syncLoop(longpollTimeout: Int) {
         var failures = 0
         var resetting = false
-        var listedAll = false
         var lastSaved = now()
         while !stopped.load(ordering: .relaxed) {
             do throws(DropboxError) {
@@ -55,16 +55,19 @@ extension DropboxFilesystem {
                     resetting = true
                     try fill(replacing: replacing)
                     resetting = false
-                    listedAll = true
-                    lastSaved = -.infinity
+                    // The listing's decoded pages are garbage now: the mount may trim the heap.
+                    bulkWorkDone()
+                    // Saved on the feed's first turn at least 5 s later (or at unmount), not at
+                    // once: writing the whole tree competes for the CPU with whatever the user
+                    // started on the fresh mount, and `find` right after mounting paid for it.
+                    lastSaved = now() - 25
                 }
                 failures = 0
                 if now() - lastSaved > 30 {
                     let saved = persist()
                     lastSaved = now()
-                    if saved || listedAll { bulkWorkDone() }
+                    if saved { bulkWorkDone() }
                 }
-                listedAll = false
             } catch {
                 if error.isRoute("reset") {
                     logger.warning("change feed cursor was reset; listing the mounted folder again")
@@ -98,6 +101,8 @@ extension DropboxFilesystem {
     /// Subtrees never overlap: the mounted folder's own children are listed on their own, then
     /// each subfolder's subtree once.
     private func fill(replacing: Bool) throws(DropboxError) {
+        state.withLock { $0.feed.listedByReadersDuringFill = [] }
+        defer { invalidateFoldersListedByReaders() }
         let concurrency = options.listingConcurrency
         let startedAt = now()
         var touched: Set<Slot>? = replacing ? [] : nil
@@ -158,6 +163,20 @@ extension DropboxFilesystem {
         logger.info("listed the mounted folder", metadata: ["entries": "\(cacheFootprint.entries)"])
     }
 
+    /// Ends a fill (done or failed): the kernel drops its copies of the folders readers listed
+    /// during it (`FeedStatus.listedByReadersDuringFill`). This is what lets the kernel keep every
+    /// folder's listing across opens (the adapter's opendir): every other change to the tree that
+    /// a listing could show reaches the kernel as an invalidation (the feed's batches, a listing
+    /// again after the TTL, a replacing fill); only a first listing's pages do not.
+    private func invalidateFoldersListedByReaders() {
+        let folders = state.withLock { state -> [Slot] in
+            let listed = state.feed.listedByReadersDuringFill ?? []
+            state.feed.listedByReadersDuringFill = nil
+            return listed.filter { state.tree.isAlive($0) }
+        }
+        invalidate(folders.map { .inode($0.inode) })
+    }
+
     /// Lists `path` (all its pages) into the tree; returns the display paths of the subfolders
     /// it holds directly, for a non-recursive listing.
     private func listAndApply(_ path: String, recursive: Bool, replacing: Bool,
@@ -167,6 +186,12 @@ extension DropboxFilesystem {
         var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing || recursive,
                                 showExports: options.showExports)
         var subfolders: [String] = []
+        let call = (lowerPath: path.lowercased(), recursive: recursive)
+        state.withLock { $0.feed.fillInFlight.append(call) }
+        defer {
+            state.withLock { $0.feed.fillInFlight.removeAll { $0 == call } }
+            signalFeedChanged()   // readers waiting for this call (waitForFill)
+        }
         var page: ListFolderPage
         do throws(DropboxError) {
             page = try api.listFolder(path: path, recursive: recursive, limit: 2000)

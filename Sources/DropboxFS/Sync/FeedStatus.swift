@@ -10,4 +10,20 @@ struct FeedStatus {
     /// The tree changed (a fill, or a batch with entries) since it was last saved; an idle feed
     /// therefore never rewrites the whole saved tree.
     var unsaved = false
+    /// The first listing's calls under way: lower-case path, and whether the call lists the whole
+    /// subtree (recursive) or the folder alone. A reader that reaches a folder one of them covers
+    /// waits for it rather than listing the folder a second time.
+    var fillInFlight: [(lowerPath: String, recursive: Bool)] = []
+    /// Folders a reader listed on its own while a first listing ran (nil when none runs). That
+    /// listing applies its pages without kernel invalidations, so it may add what the reader's
+    /// listing, already cached by the kernel, did not show; these folders are invalidated when it ends.
+    var listedByReadersDuringFill: Set<Slot>?
+
+    /// Whether a fill call under way will list the folder at `lowerPath`.
+    func fillCovers(_ lowerPath: String) -> Bool {
+        fillInFlight.contains { call in
+            call.lowerPath == lowerPath
+                || (call.recursive && lowerPath.hasPrefix(call.lowerPath) && lowerPath.utf8.dropFirst(call.lowerPath.utf8.count).first == UInt8(ascii: "/"))
+        }
+    }
 }
