@@ -119,6 +119,8 @@ final class ServerState: Sendable {
         var bytesSent: Int = 0
         var downloadBytes: Int = 0
         var connections: Int = 0
+        /// Requests answered 429 by the rate limit (`--rate-limit`), not by injected faults.
+        var rateLimited: Int = 0
     }
 
     init(configuration: EmulatorConfiguration) {
@@ -145,6 +147,7 @@ final class ServerState: Sendable {
                 ("bytes_sent", .int(Int64(s.bytesSent))),
                 ("download_bytes", .int(Int64(s.downloadBytes))),
                 ("connections", .int(Int64(s.connections))),
+                ("rate_limited", .int(Int64(s.rateLimited))),
             ])
         }
     }
@@ -177,11 +180,13 @@ final class ServerState: Sendable {
     func admitRequest() -> Bool {
         guard let limit = knobs.withLock({ $0.requestsPerSecond }) else { return true }
         let second = Int64(NIODeadline.now().uptimeNanoseconds / 1_000_000_000)
-        return window.withLock { w in
+        let admitted = window.withLock { w in
             if w.second != second { w = (second, 0) }
             w.count += 1
             return w.count <= limit
         }
+        if !admitted { stats.withLock { $0.rateLimited += 1 } }
+        return admitted
     }
 
     /// Reserves `bytes` of the global bandwidth budget; returns how long to wait before sending.
