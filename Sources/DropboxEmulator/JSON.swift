@@ -92,9 +92,14 @@ extension JSON {
     private static func writeString(_ s: String, into out: inout [UInt8], asciiOnly: Bool) {
         out.append(UInt8(ascii: "\""))
         // Most strings need no escape at all (a thumbnail's megabytes of base64 among them): one
-        // pass over the bytes, then one append, instead of one append per character.
-        if s.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
-            out += s.utf8
+        // pass over the bytes in place, then one append, instead of one append per character.
+        var text = s
+        let plain = text.withUTF8 { bytes -> Bool in
+            guard bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) else { return false }
+            out.append(contentsOf: bytes)
+            return true
+        }
+        if plain {
             out.append(UInt8(ascii: "\""))
             return
         }
