@@ -47,6 +47,20 @@ extension DropboxFilesystem {
             guard case .list = again else { return }
             let listedAt = now()
             let entries: [Metadata]
+            // While it lists, the first listing waits for it rather than list the folder again,
+            // and its subtree listings make way (`readersWaitingForAFolder`).
+            let call = (lowerPath: path.lowercased(), recursive: false)
+            state.withLock {
+                $0.feed.fillInFlight.append(call)
+                $0.feed.readersWaitingForAFolder += 1
+            }
+            defer {
+                state.withLock {
+                    $0.feed.fillInFlight.removeAll { $0 == call }
+                    $0.feed.readersWaitingForAFolder -= 1
+                }
+                signalFeedChanged()
+            }
             do throws(FSError) {
                 entries = try listWholeFolder(path)
             } catch {
@@ -74,14 +88,24 @@ extension DropboxFilesystem {
     /// each folder again, one round trip after another.
     static let fillWaitLimit: TimeInterval = 2
 
-    /// Waits while a call of the first listing under way covers `path`; true if it waited.
-    private func waitForFill(covering path: String) -> Bool {
+    /// Waits while a call of the first listing (or a reader's listing of that folder) under way
+    /// covers `path`; true if it waited.
+    func waitForFill(covering path: String) -> Bool {
         let lowerPath = path.lowercased()
-        guard state.withLock({ $0.feed.fillCovers(lowerPath) }) else { return false }
+        let (covered, alone) = state.withLock { state -> (Bool, Bool) in
+            let alone = state.feed.fillListsFolderAlone(lowerPath)
+            if alone { state.feed.readersWaitingForAFolder += 1 }
+            return (state.feed.fillCovers(lowerPath), alone)
+        }
+        guard covered else { return false }
         let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
         feedChanged.lock()
         while state.withLock({ $0.feed.fillCovers(lowerPath) }) && Date() < deadline { _ = feedChanged.wait(until: deadline) }
         feedChanged.unlock()
+        if alone {
+            state.withLock { $0.feed.readersWaitingForAFolder -= 1 }
+            signalFeedChanged()   // subtree listings paused for this reader go on
+        }
         return true
     }
 

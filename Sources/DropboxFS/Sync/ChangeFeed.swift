@@ -121,21 +121,13 @@ extension DropboxFilesystem {
         } else {
             cursor = try api.latestCursor(path: options.rootPath, recursive: true)
             let collected = Shared<Set<Slot>>([])
-            // The mounted folder's own entries; its subfolders become the subtrees. A tree narrow at
-            // the top (fewer subfolders than listings at once) is split one level further, twice
-            // at most.
-            var units = try listAndApply(options.rootPath, recursive: false, replacing: replacing, into: collected)
-            for _ in 0..<2 where units.count < concurrency && !units.isEmpty {
-                let next = Shared<[String]>([])
-                try inParallel(units, concurrency: concurrency) { folder throws(DropboxError) in
-                    let below = try self.listAndApply(folder, recursive: false, replacing: replacing, into: collected)
-                    next.value.withLock { $0.append(contentsOf: below) }
-                }
-                units = next.value.withLock { $0 }
-            }
-            try inParallel(units, concurrency: concurrency) { folder throws(DropboxError) in
-                _ = try self.listAndApply(folder, recursive: true, replacing: replacing, into: collected)
-            }
+            // The mounted folder's own entries; its subfolders become the subtrees.
+            let cursorTakenAt = now()
+            let top = try listAndApply(options.rootPath, recursive: false, replacing: replacing, into: collected)
+            let jobs = ListingJobs { [self] in !stopped.load(ordering: .relaxed) }
+            split(top, breadth: 1, depth: 1, replacing: replacing, collected: collected, jobs: jobs,
+                  readersCountSince: cursorTakenAt)
+            try jobs.wait()
             if stopped.load(ordering: .relaxed) { return }
             if replacing { touched = collected.value.withLock { $0 } }
         }
@@ -161,6 +153,40 @@ extension DropboxFilesystem {
         invalidate(invalidations)
         signalFeedChanged()
         logger.info("listed the mounted folder", metadata: ["entries": "\(cacheFootprint.entries)"])
+    }
+
+    /// The display paths of the subfolders of `path`, if a reader listed it whole at `since` or
+    /// later; nil if the first listing must list it.
+    private func subfoldersListedByAReader(_ path: String, since: Double, replacing: Bool,
+                                           into touched: Shared<Set<Slot>>) -> [String]? {
+        let found = state.withLock { state -> (subfolders: [String], children: [Slot])? in
+            let tree = state.tree
+            guard let folder = tree.slot(atPath: path, below: options.rootPath), tree.isDirectory(folder),
+                  tree.isComplete(folder), tree.listedAt(folder) >= since else { return nil }
+            let children = tree.children(of: folder)
+            let subfolders = children.filter { tree.isDirectory($0) }.map {
+                options.rootPath + tree.components($0).map { "/" + $0 }.joined()
+            }
+            return (subfolders, children)
+        }
+        guard let found else { return nil }
+        if replacing { touched.value.withLock { $0.formUnion(found.children) } }
+        return found.subfolders
+    }
+
+    /// A subtree listing's pause between pages while a reader waits for one folder's own listing
+    /// (`FeedStatus.readersWaitingForAFolder`), at most `fillWaitLimit`: on two cores, eight
+    /// subtree listings otherwise doubled the time of `ls -l` of a 10,000-file folder right after
+    /// mounting. A reader waiting for a subtree pauses nothing: that is `find` walking behind
+    /// the fill, which needs all of it.
+    private func yieldToReadersWaitingForAFolder() {
+        guard state.withLock({ $0.feed.readersWaitingForAFolder > 0 }) else { return }
+        let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
+        feedChanged.lock()
+        while state.withLock({ $0.feed.readersWaitingForAFolder > 0 }) && Date() < deadline && !stopped.load(ordering: .relaxed) {
+            _ = feedChanged.wait(until: deadline)
+        }
+        feedChanged.unlock()
     }
 
     /// Ends a fill (done or failed): the kernel drops its copies of the folders readers listed
@@ -199,7 +225,10 @@ extension DropboxFilesystem {
             // Deleted, or replaced by a file, since its parent was listed: the feed brings that.
             return []
         }
+        var pages = 0, entries = 0
         while true {
+            pages += 1
+            entries += page.entries.count
             applyBatch(page.entries, update: &update, notify: replacing)
             if !recursive {
                 for case .folder(let folder) in page.entries {
@@ -208,6 +237,7 @@ extension DropboxFilesystem {
                 }
             }
             guard page.hasMore, !stopped.load(ordering: .relaxed) else { break }
+            if recursive { yieldToReadersWaitingForAFolder() }
             do throws(DropboxError) {
                 page = try api.listFolderContinue(cursor: page.cursor)
             } catch where path != options.rootPath && error.isRoute("path") {
@@ -229,31 +259,41 @@ extension DropboxFilesystem {
             }
         }
         if replacing, let collected { touched.value.withLock { $0.formUnion(collected) } }
+        logger.debug("listed for the first listing", metadata: [
+            "path": "\(path)", "recursive": "\(recursive)", "pages": "\(pages)", "entries": "\(entries)",
+            "seconds": "\(String(format: "%.3f", now() - listedAt))"])
         return subfolders
     }
 
-    /// Runs `body` for each folder, `concurrency` at once on the listing pool; the first error is
-    /// thrown once all have ended (the others stop early).
-    private func inParallel(_ folders: [String], concurrency: Int,
-                            _ body: @escaping @Sendable (String) throws(DropboxError) -> Void) throws(DropboxError) {
-        guard !folders.isEmpty else { return }
-        let done = NSCondition()
-        let outcome = Shared<(remaining: Int, error: DropboxError?)>((folders.count, nil))
+    /// Lists `folders` for the first listing: each on its own, to split it one level further, while
+    /// the tree is narrower than `listingConcurrency` (two levels below the mounted folder at
+    /// most; `breadth` is how many folders its parent's level had); else each as one recursive
+    /// subtree. A folder's subfolders are scheduled as soon as its own listing is in, so a large
+    /// folder at the top does not hold back the subtrees beside it; the splitting listings go
+    /// first (urgent) because they find more work.
+    ///
+    /// A folder a reader listed whole after the cursor was taken (`readersCountSince`) is not
+    /// listed again: the feed replays every change after the cursor on top of that listing too.
+    private func split(_ folders: [String], breadth: Int, depth: Int, replacing: Bool,
+                       collected: Shared<Set<Slot>>, jobs: ListingJobs, readersCountSince: Double) {
+        let expand = depth <= 2 && folders.count * breadth < options.listingConcurrency
         for folder in folders {
-            listers.submit(urgent: false) { [self] in
-                if outcome.value.withLock({ $0.error == nil }) && !stopped.load(ordering: .relaxed) {
-                    do throws(DropboxError) { try body(folder) } catch {
-                        outcome.value.withLock { if $0.error == nil { $0.error = error } }
+            jobs.run(on: listers, urgent: expand) { [self] () throws(DropboxError) in
+                if expand {
+                    _ = waitForFill(covering: folder)   // a reader's listing of it under way
+                    let below: [String]
+                    if let listed = subfoldersListedByAReader(folder, since: readersCountSince, replacing: replacing, into: collected) {
+                        below = listed
+                    } else {
+                        below = try listAndApply(folder, recursive: false, replacing: replacing, into: collected)
                     }
+                    split(below, breadth: folders.count * breadth, depth: depth + 1, replacing: replacing,
+                          collected: collected, jobs: jobs, readersCountSince: readersCountSince)
+                } else {
+                    _ = try listAndApply(folder, recursive: true, replacing: replacing, into: collected)
                 }
-                let last = outcome.value.withLock { o -> Bool in o.remaining -= 1; return o.remaining == 0 }
-                if last { done.withLock { done.broadcast() } }
             }
         }
-        done.withLock {
-            while outcome.value.withLock({ $0.remaining > 0 }) { done.wait() }
-        }
-        if let error = outcome.value.withLock({ $0.error }) { throw error }
     }
 
     /// `continue` from `cursor` until Dropbox has nothing more, applying every change.
@@ -299,7 +339,7 @@ extension DropboxFilesystem {
         signalFeedChanged()
     }
 
-    private func signalFeedChanged() {
+    func signalFeedChanged() {
         feedChanged.lock()
         feedChanged.broadcast()
         feedChanged.unlock()
@@ -311,6 +351,37 @@ extension DropboxFilesystem {
         while Date() < until && !stopped.load(ordering: .relaxed) {
             Thread.sleep(forTimeInterval: min(0.1, until.timeIntervalSinceNow))
         }
+    }
+}
+
+/// Jobs of one fill on the listing pool, which may add more jobs while they run; `wait` returns
+/// once all have ended, and throws the first error (after it, jobs not yet started do nothing).
+final class ListingJobs: Sendable {
+    private let progress = Mutex<(pending: Int, error: DropboxError?)>((0, nil))
+    private let ended = NSCondition()
+    private let shouldRun: @Sendable () -> Bool
+
+    init(shouldRun: @escaping @Sendable () -> Bool) { self.shouldRun = shouldRun }
+
+    func run(on pool: WorkerPool, urgent: Bool, _ body: @escaping @Sendable () throws(DropboxError) -> Void) {
+        progress.withLock { $0.pending += 1 }
+        pool.submit(urgent: urgent) { [self] in
+            if progress.withLock({ $0.error == nil }) && shouldRun() {
+                do throws(DropboxError) { try body() } catch {
+                    progress.withLock { if $0.error == nil { $0.error = error } }
+                }
+            }
+            // A job's own new jobs were counted before this, so zero means all are done.
+            let last = progress.withLock { p -> Bool in p.pending -= 1; return p.pending == 0 }
+            if last { ended.withLock { ended.broadcast() } }
+        }
+    }
+
+    func wait() throws(DropboxError) {
+        ended.withLock {
+            while progress.withLock({ $0.pending > 0 }) { ended.wait() }
+        }
+        if let error = progress.withLock({ $0.error }) { throw error }
     }
 }
 

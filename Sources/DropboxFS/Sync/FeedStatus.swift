@@ -10,16 +10,27 @@ struct FeedStatus {
     /// The tree changed (a fill, or a batch with entries) since it was last saved; an idle feed
     /// therefore never rewrites the whole saved tree.
     var unsaved = false
-    /// The first listing's calls under way: lower-case path, and whether the call lists the whole
-    /// subtree (recursive) or the folder alone. A reader that reaches a folder one of them covers
-    /// waits for it rather than listing the folder a second time.
+    /// The first listing's calls under way, and readers' own listings of a folder: lower-case
+    /// path, and whether the call lists the whole subtree (recursive) or the folder alone. A reader
+    /// (or the first listing) that reaches a folder one of them covers waits for it rather than
+    /// listing the folder a second time.
     var fillInFlight: [(lowerPath: String, recursive: Bool)] = []
     /// Folders a reader listed on its own while a first listing ran (nil when none runs). That
     /// listing applies its pages without kernel invalidations, so it may add what the reader's
     /// listing, already cached by the kernel, did not show; these folders are invalidated when it ends.
     var listedByReadersDuringFill: Set<Slot>?
 
+    /// Readers waiting now for one folder's own listing under way (not a subtree's): `ls` of a
+    /// large folder right after mounting. Subtree listings pause between pages meanwhile, so
+    /// that the folder someone is looking at gets the CPU rather than the background.
+    var readersWaitingForAFolder = 0
+
     /// Whether a fill call under way will list the folder at `lowerPath`.
+    /// Whether the fill is listing the folder at `lowerPath` on its own (not as part of a subtree).
+    func fillListsFolderAlone(_ lowerPath: String) -> Bool {
+        fillInFlight.contains { $0.lowerPath == lowerPath && !$0.recursive }
+    }
+
     func fillCovers(_ lowerPath: String) -> Bool {
         fillInFlight.contains { call in
             call.lowerPath == lowerPath
