@@ -10,6 +10,8 @@ starts dbx-emulator over them with added latency, and runs every workload on a f
   * metadata workloads run the same command on the local directory the emulator serves;
   * read workloads compare with curl downloading the same bytes from the same emulator
     (fio random reads compare with fio on the local file).
+list-million (a fresh mount's cold full listing of an account of 10^6 entries, with a fixture and
+an emulator of its own) runs only when --only names it.
 Writes results.json, results.md and ratios.svg into the output directory (default
 bench-results/). Python 3 standard library only. Every mount it makes is unmounted and every
 process it starts is stopped, also on errors, timeouts, Ctrl-C and SIGTERM.
@@ -18,6 +20,7 @@ import argparse
 import atexit
 import datetime
 import hashlib
+import http.client
 import json
 import os
 import platform
@@ -235,9 +238,8 @@ def fixture_layout(spec):
     return {"wide": "wide", "deep": "deep", "large": large, "huge": "big/huge.bin"}
 
 
-def generate_fixtures(cache, spec):
-    """Builds the served tree once per spec; later runs with the same spec reuse it."""
-    key = dict(spec, version=FIXTURE_VERSION)
+def _cached_fixture(cache, key):
+    """The served root under cache if it was built from this key (spec and version), else None."""
     stamp = cache / "spec.json"
     root = cache / "root"
     if stamp.exists() and root.is_dir():
@@ -246,11 +248,39 @@ def generate_fixtures(cache, spec):
                 return root
         except ValueError:
             pass
+    return None
+
+
+def _fresh_fixture(cache):
+    """An empty root in place of whatever an older spec left there."""
     log(f"generating fixtures in {cache} (once; reused while the spec is unchanged)")
-    started = time.monotonic()
     if cache.exists():
         shutil.rmtree(cache)
+    root = cache / "root"
     root.mkdir(parents=True)
+    return root
+
+
+def _build_once(cache, key, what, build):
+    """The served root under cache: built by build(root) unless a stamp says it was built from
+    this key (spec and version) already."""
+    root = _cached_fixture(cache, key)
+    if root:
+        return root
+    started = time.monotonic()
+    root = _fresh_fixture(cache)
+    summary = build(root)
+    (cache / "spec.json").write_text(json.dumps(key, sort_keys=True))
+    log(f"{what} ready in {time.monotonic() - started:.1f} s{summary or ''}")
+    return root
+
+
+def generate_fixtures(cache, spec):
+    """Builds the served tree once per spec; later runs with the same spec reuse it."""
+    return _build_once(cache, dict(spec, version=FIXTURE_VERSION), "fixtures", lambda root: _build_fixtures(root, spec))
+
+
+def _build_fixtures(root, spec):
     mtime = 1_700_000_000
     # A wide folder: wide_files small files side by side.
     wide = root / "wide"
@@ -288,35 +318,103 @@ def generate_fixtures(cache, spec):
                 out.write(file_no.to_bytes(8, "little") + n.to_bytes(8, "little"))
                 out.write(tail)
         os.utime(root / relative, (mtime, mtime))
-    stamp.write_text(json.dumps(key, sort_keys=True))
-    log(f"fixtures ready in {time.monotonic() - started:.1f} s")
-    return root
+
+
+# The account of a million entries (issue 15), served by its own emulator for list-million only.
+# Three levels, like the deep tree ten times over: ten folders at the top, as in a user's root
+# (Photos, Documents, Projects, ...), a hundred folders in each, and the files spread evenly over
+# those thousand leaves, 998 or 999 each: a folder of a thousand files is the common large one
+# (a camera-upload month, a project's assets), not a freak of 10^5. Ten top folders are more than
+# the mount lists at once (8 by default), as an account's root usually is. File names are 18
+# characters ("report-0000123.txt"), like real ones; the files are empty (a million 4 KiB blocks
+# would be 4 GiB for nothing: the row measures metadata), each with its own mtime.
+MILLION = {"top_folders": 10, "subfolders": 100, "entries": 1_000_000}
+MILLION_VERSION = 1
+
+
+def million_shape(spec):
+    """(folders, files, files per leaf folder, leaves holding one more): entries counted
+    without the root, as find prints them after the root's own line."""
+    folders = spec["top_folders"] * (1 + spec["subfolders"])
+    files = spec["entries"] - folders
+    leaves = spec["top_folders"] * spec["subfolders"]
+    return folders, files, files // leaves, files % leaves
+
+
+def generate_million(cache, spec):
+    """Builds the million-entry tree once per spec (about 30 s: one open, futimens and
+    close per file, relative to the folder's descriptor so no path is resolved twice)."""
+    return _build_once(cache, dict(spec, version=MILLION_VERSION), "million-entry fixture",
+                       lambda root: _build_million(root, spec))
+
+
+def _build_million(root, spec):
+    _, _, per_leaf, extra = million_shape(spec)
+    mtime = 1_700_000_000
+    count = 0
+    leaf_no = 0
+    for i in range(spec["top_folders"]):
+        top = root / f"folder-{i:02d}"
+        top.mkdir()
+        for j in range(spec["subfolders"]):
+            leaf = top / f"subfolder-{j:03d}"
+            leaf.mkdir()
+            dir_fd = os.open(leaf, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                for _ in range(per_leaf + (1 if leaf_no < extra else 0)):
+                    fd = os.open(f"report-{count:07d}.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dir_fd)
+                    os.utime(fd, (mtime + count, mtime + count))
+                    os.close(fd)
+                    count += 1
+            finally:
+                os.close(dir_fd)
+            leaf_no += 1
+    return f" ({count:,} files)"
 
 
 # --------------------------------------------------------------------------------------------
 # The emulator and the mount
 
+def peak_rss(pid):
+    """VmHWM of a process of ours, in bytes; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 class Emulator:
-    def __init__(self, binary, root, latency_ms, bandwidth, logdir):
+    def __init__(self, binary, root, latency_ms, bandwidth, logdir, name="emulator", start_timeout=120):
         argv = [str(binary), "--root", str(root), "--port", "0", "--latency-ms", str(latency_ms)]
         if bandwidth:
             argv += ["--bandwidth", str(bandwidth)]
-        self.log_path = logdir / "emulator.log"
+        self.log_path = logdir / f"{name}.log"
         self.log_file = open(self.log_path, "ab")
         start_offset = self.log_path.stat().st_size
+        started = time.monotonic()
         self.process = subprocess.Popen(argv, stdout=self.log_file, stderr=self.log_file)
         _children.append(self.process)
-        deadline = time.monotonic() + 120      # it indexes the served tree before it listens
+        deadline = started + start_timeout      # it indexes and hashes the served tree before it listens
         line = ""
         while "listening on " not in line:
             if self.process.poll() is not None or time.monotonic() > deadline:
+                timed_out = self.process.poll() is None
                 _stop(self.process)
                 text = self.log_path.read_text(errors="replace").strip().splitlines()
-                raise BenchError(f"dbx-emulator did not start: {text[-1] if text else 'no output'} (see {self.log_path})")
+                reason = f"not listening after {start_timeout:.0f} s" if timed_out else (text[-1] if text else "no output")
+                raise BenchError(f"dbx-emulator did not start: {reason} (see {self.log_path})")
             time.sleep(0.02)
             text = self.log_path.read_bytes()[start_offset:].decode(errors="replace")
             line = next((l for l in text.splitlines() if "listening on " in l), "")
+        # What indexing the tree costs, for the rows that serve a large one.
+        self.start_seconds = time.monotonic() - started
+        self.rss_at_start = peak_rss(self.process.pid)
         self.url = line.split("listening on ", 1)[1].strip()
+        self._admin = None      # the runner's one connection for stats and knobs (see _call)
         self.latency_ms = latency_ms
         self.bandwidth = bandwidth
 
@@ -324,13 +422,27 @@ class Emulator:
         return self.process.poll() is None
 
     def _call(self, method, path, body=None):
-        request = urllib.request.Request(self.url + path, data=body, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read() or b"null")
-        except OSError as error:
-            state = "running" if self.alive() else f"exited with status {self.process.returncode}"
-            raise BenchError(f"cannot reach dbx-emulator at {self.url}{path} ({state}): {error}")
+        """An admin request over one kept-alive connection. The emulator counts every TCP
+        connection it accepts: a new one per call would put the runner's own calls in a measured
+        run's count (wait_for_longpoll asks ten times a second: 300 for a 30 s listing)."""
+        for attempt in (1, 2):
+            try:
+                if self._admin is None:
+                    host, port = self.url.split("//", 1)[1].rsplit(":", 1)
+                    self._admin = http.client.HTTPConnection(host, int(port), timeout=30)
+                self._admin.request(method, path, body=body)
+                response = self._admin.getresponse()
+                data = response.read()
+                if response.status >= 400:
+                    raise BenchError(f"dbx-emulator answered {response.status} to {method} {path}: {data[:200]!r}")
+                return json.loads(data or b"null")
+            except (OSError, http.client.HTTPException) as error:
+                self._admin.close()
+                self._admin = None
+                # Once again on a new connection, in case the emulator dropped the idle one.
+                if attempt == 2 or not self.alive():
+                    state = "running" if self.alive() else f"exited with status {self.process.returncode}"
+                    raise BenchError(f"cannot reach dbx-emulator at {self.url}{path} ({state}): {error}")
 
     def stats(self):
         return self._call("GET", "/__stats")
@@ -377,7 +489,12 @@ class Emulator:
             with urllib.request.urlopen(request, timeout=600) as response:
                 response.read()
 
+    def peak_rss(self):
+        return peak_rss(self.process.pid)
+
     def stop(self):
+        if self._admin is not None:
+            self._admin.close()
         _stop(self.process)
         if self.process in _children:
             _children.remove(self.process)
@@ -418,14 +535,7 @@ class Mount:
             pass
 
     def peak_rss(self):
-        try:
-            with open(f"/proc/{self.process.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return None
+        return peak_rss(self.process.pid)
 
     def close(self):
         if _is_mounted(self.mountpoint):
@@ -493,6 +603,12 @@ def w_du_deep(ctx, base):
 
 def w_lsr_deep(ctx, base):
     seconds, out, _ = run_tool(["ls", "-lR", str(base / ctx.layout["deep"])], ctx.timeout, stdout=subprocess.PIPE)
+    return {"seconds": seconds, "check": _lines(out)}
+
+
+def w_find_all(ctx, base):
+    """find over the whole served root; its line count (entries + the root) is the check."""
+    seconds, out, _ = run_tool(["find", str(base)], ctx.timeout, stdout=subprocess.PIPE)
     return {"seconds": seconds, "check": _lines(out)}
 
 
@@ -672,6 +788,21 @@ WORKLOADS = [
 ]
 WORKLOAD_NAMES = [w["name"] for w in WORKLOADS]
 
+# Rows that run only when --only names them: too long for every run (list-million needs a
+# minute to build its fixture once, and its emulator two to index it), and CI's --quick run
+# checks that it ran exactly WORKLOAD_NAMES. Each serves its own fixture with its own emulator.
+OPT_IN_WORKLOADS = [
+    {"name": "list-million", "kind": METADATA, "metric": "time", "run": w_find_all, "baseline": "local",
+     "fixture": "million",
+     "what": "an account of 1,000,000 entries (10 x 100 folders, 998 or 999 empty files in each of the 1,000 "
+             "inner ones), served by its own emulator. Cold: a fresh mount's first full listing, from starting "
+             "dbx-mount until its change feed goes on to longpoll (it does once everything is listed), nobody "
+             "reading the mount meanwhile; its peak RSS is the mount's whole life up to then. Warm: find over "
+             "that mount once listed; its line count must equal the served tree's",
+     "baseline_what": "find over the served directory (1,000,001 lines)"},
+]
+OPT_IN_NAMES = [w["name"] for w in OPT_IN_WORKLOADS]
+
 
 # --------------------------------------------------------------------------------------------
 # Measuring
@@ -735,13 +866,14 @@ class Runner:
     def latency_for(self, kind):
         return self.args.metadata_latency_ms if kind == METADATA else self.args.read_latency_ms
 
-    def measured(self, fn, mount=None):
+    def measured(self, fn, mount=None, emulator=None):
         """One measured run: emulator counters reset before and read after."""
+        emulator = emulator or self.emulator
         if mount is not None:
             mount.reset_peak_rss()
-        self.emulator.reset_stats()
+        emulator.reset_stats()
         sample = fn()
-        stats = self.emulator.stats()
+        stats = emulator.stats()
         sample["api_calls"] = api_calls(stats)
         sample["bytes_downloaded"] = stats.get("download_bytes", 0)
         sample["connections"] = stats.get("connections", 0)
@@ -750,6 +882,8 @@ class Runner:
         return sample
 
     def run_workload(self, workload):
+        if workload.get("fixture") == "million":
+            return self.run_list_million(workload)
         name, metric = workload["name"], workload["metric"]
         self.emulator.set_latency(self.latency_for(workload["kind"]))
         self.emulator.set_bandwidth(workload.get("bandwidth", self.args.bandwidth))
@@ -789,6 +923,14 @@ class Runner:
                     f" ({time.monotonic() - t0:.1f} s)")
             finally:
                 mount.close()
+        result = self.result(workload, baseline, cold, warm, settle)
+        if "block" in workload:
+            result["remote_reference"] = remote_reference(self.ctx, workload["block"], self.args.fio_runtime)
+        return result
+
+    def result(self, workload, baseline, cold, warm, settle):
+        """A workload's entry in results.json: medians, ratios, and whether the outputs agree."""
+        name, metric = workload["name"], workload["metric"]
         checks = {"baseline": baseline[0].get("check"),
                   "cold": [s.get("check") for s in cold], "warm": [s.get("check") for s in warm]}
         correct = all(c == checks["baseline"] for c in checks["cold"] + checks["warm"])
@@ -806,13 +948,72 @@ class Runner:
             "cold": summarize(cold, metric),
             "warm": summarize(warm, metric),
         }
-        if "block" in workload:
-            result["remote_reference"] = remote_reference(self.ctx, workload["block"], self.args.fio_runtime)
         result["cold"]["ratio"] = ratio(result["cold"], result["baseline"], metric)
         result["warm"]["ratio"] = ratio(result["warm"], result["baseline"], metric)
         if not correct:
             log(f"  WARNING: {name}: the mount's output differs from the baseline's ({checks})")
         return result
+
+    def run_list_million(self, workload):
+        """list-million: its own emulator serves the million-entry tree; each repeat runs find over
+        that directory (baseline), times a fresh mount's cold full listing, then runs find over
+        the listed mount (warm). The emulator goes when the row is done: it holds the tree in
+        memory, and the other rows' emulator stays as it was."""
+        name = workload["name"]
+        root = generate_million(self.args.fixtures.resolve() / "million", MILLION)
+        # Indexing and hashing a million files took 141 s on the 2-core development machine
+        # (the README says where it goes): give it room on a busier one.
+        emulator = Emulator(self.bins / "dbx-emulator", root, self.latency_for(workload["kind"]), self.args.bandwidth,
+                            self.logdir, name=f"emulator-{name}", start_timeout=max(600, self.args.step_timeout))
+        log(f"  its emulator indexed {MILLION['entries']:,} entries in {emulator.start_seconds:.1f} s "
+            f"(peak RSS {fmt_bytes(emulator.rss_at_start)})")
+        ctx = Context(self.args, self.spec, root, emulator, self.args.step_timeout)
+        cold, warm, baseline = [], [], []
+        try:
+            run_tool(["find", str(root)], self.args.step_timeout)    # the baseline's dentries, cached for all
+            for repeat in range(self.args.repeats):
+                baseline.append(self.measured(lambda: w_find_all(ctx, root), emulator=emulator))
+                sample, mount = self.cold_listing(emulator, name)
+                try:
+                    warm.append(self.measured(lambda: w_find_all(ctx, mount.mountpoint), mount, emulator))
+                finally:
+                    mount.close()
+                sample["check"] = warm[-1]["check"]     # what the listing brought, as find sees it
+                cold.append(sample)
+                log(f"  {name} #{repeat + 1}: baseline {self.describe(baseline[-1], 'time')}, cold listing "
+                    f"{self.describe(sample, 'time')} (peak RSS {fmt_bytes(sample['peak_rss_bytes'])}), then find "
+                    f"{self.describe(warm[-1], 'time')}: {warm[-1]['check']:,} lines of {baseline[-1]['check']:,}")
+            served = {"start_seconds": round(emulator.start_seconds, 1), "rss_at_start_bytes": emulator.rss_at_start,
+                      "peak_rss_bytes": emulator.peak_rss()}
+        finally:
+            emulator.stop()
+        result = self.result(workload, baseline, cold, warm, settle=False)
+        folders, files, _, _ = million_shape(MILLION)
+        result["fixture"] = dict(MILLION, folders=folders, files=files)
+        result["emulator"] = served
+        return result
+
+    def cold_listing(self, emulator, name):
+        """Starts a fresh mount (empty cache) and waits for its first full listing. Returns the
+        sample (mount start to the feed's first longpoll, the calls meanwhile, VmHWM) and the
+        mount, still mounted, or raises with the mount gone."""
+        cache_home = self.workdir / f"cache-{self.mount_count + 1}"
+        self.mount_count += 1
+        mountpoint = self.workdir / f"mnt-{self.mount_count}"
+        emulator.reset_stats()
+        started = time.monotonic()
+        mount = Mount(self.bins / "dbx-mount", emulator, mountpoint, self.args.mount_arg,
+                      self.logdir / f"mount-{name}.log", cache_home)
+        try:
+            emulator.wait_for_longpoll(self.args.step_timeout)
+            seconds = time.monotonic() - started
+            stats = emulator.stats()
+            sample = {"seconds": seconds, "api_calls": api_calls(stats), "bytes_downloaded": stats.get("download_bytes", 0),
+                      "connections": stats.get("connections", 0), "peak_rss_bytes": mount.peak_rss()}
+        except BaseException:
+            mount.close()
+            raise
+        return sample, mount
 
     def prime(self, cache_home, name):
         """An earlier mount with the same cache directory: it lists everything (the change feed
@@ -927,6 +1128,23 @@ def fmt_calls(summary):
     return f"{total:g} ({parts})"
 
 
+def fixtures_text(results):
+    """The fixtures this run's rows served: the shared set, the million-entry account, or both."""
+    c = results["config"]
+    f = c["fixtures"]
+    parts = []
+    if any(w["name"] in WORKLOAD_NAMES for w in results["workloads"]):
+        parts.append(f"wide folder of {f['wide_files']:,} files; deep tree of {f['deep_entries']:,} entries "
+                     f"({f['deep_folders']:,} folders); large files of {fmt_bytes(f['large_size'])}, "
+                     f"huge file of {fmt_bytes(f['huge_size'])}")
+    million = c.get("million_fixture")
+    if million:
+        parts.append(f"for list-million, an account of {million['entries']:,} entries "
+                     f"({million['folders']:,} folders: {million['top_folders']} x {million['subfolders']}; "
+                     f"{million['files']:,} empty files)")
+    return "; ".join(parts)
+
+
 def results_markdown(results):
     m, c = results["machine"], results["config"]
     lines = [
@@ -937,10 +1155,7 @@ def results_markdown(results):
         f"Emulator latency: {c['metadata_latency_ms']} ms per request for metadata workloads, "
         f"{c['read_latency_ms']} ms for read workloads; bandwidth cap: "
         f"{str(c['bandwidth']) + ' B/s' if c['bandwidth'] else 'none'}. Median of {c['repeats']} "
-        f"repeat(s){'; --quick fixtures' if c['quick'] else ''}. Fixtures: wide folder of "
-        f"{c['fixtures']['wide_files']:,} files; deep tree of {c['fixtures']['deep_entries']:,} entries "
-        f"({c['fixtures']['deep_folders']:,} folders); large files of {fmt_bytes(c['fixtures']['large_size'])}, "
-        f"huge file of {fmt_bytes(c['fixtures']['huge_size'])}.",
+        f"repeat(s){'; --quick fixtures' if c['quick'] else ''}. Fixtures: {fixtures_text(results)}.",
         "",
         "Ratio = time through dbx-mount ÷ time of the baseline (1.0 = as fast, 2.0 = twice as slow); "
         "for reads it is curl's throughput ÷ dbx-mount's, for fio the baseline's IOPS ÷ dbx-mount's. "
@@ -970,6 +1185,11 @@ def results_markdown(results):
         if "error" not in w:
             link = f", {w['bandwidth'] / 1e9:g} GB/s cap" if w.get("bandwidth") else ""
             lines.append(f"- `{w['name']}` ({w['latency_ms']} ms latency{link}): {w['what']}; baseline: {w['baseline_what']}.")
+            if w.get("emulator"):
+                e = w["emulator"]
+                lines.append(f"  Its own dbx-emulator indexed and hashed the {w['fixture']['entries']:,} entries in "
+                             f"{e['start_seconds']:.1f} s before listening ({fmt_bytes(e['rss_at_start_bytes'])} "
+                             f"resident then, {fmt_bytes(e['peak_rss_bytes'])} at its peak).")
             if w.get("remote_reference"):
                 ref = w["remote_reference"]
                 lines.append(f"  For scale, not the baseline: {ref['what']} reach {ref['iops']:,.0f} IOPS "
@@ -1065,8 +1285,9 @@ def parse_args(argv):
     p.add_argument("--bandwidth", type=int, help="emulator bandwidth cap, bytes per second (default none)")
     p.add_argument("--repeats", type=int, help="repeats per workload (default 3, --quick 1)")
     p.add_argument("--out", type=Path, default=REPO / "bench-results", help="output directory (default bench-results/)")
-    p.add_argument("--only", nargs="+", choices=WORKLOAD_NAMES, metavar="WORKLOAD",
-                   help="run only these workloads: " + ", ".join(WORKLOAD_NAMES))
+    p.add_argument("--only", nargs="+", choices=WORKLOAD_NAMES + OPT_IN_NAMES, metavar="WORKLOAD",
+                   help="run only these workloads: " + ", ".join(WORKLOAD_NAMES) + "; and these, which "
+                        "run only when named: " + ", ".join(OPT_IN_NAMES))
     p.add_argument("--fio-runtime", type=int, help="seconds per fio run (default 15, --quick 3)")
     p.add_argument("--step-timeout", type=float, help="seconds before one command counts as hung (default 900, --quick 120)")
     p.add_argument("--fixtures", type=Path, default=REPO / "bench" / ".fixtures",
@@ -1091,7 +1312,12 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    selected = [w for w in WORKLOADS if not args.only or w["name"] in args.only]
+    if args.only:
+        selected = [w for w in WORKLOADS + OPT_IN_WORKLOADS if w["name"] in args.only]
+    else:
+        selected = list(WORKLOADS)
+    # The shared fixtures and emulator serve every row but those with a fixture of their own.
+    shared = [w for w in selected if not w.get("fixture")]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     atexit.register(cleanup)
@@ -1115,15 +1341,17 @@ def main(argv=None):
                                  stderr=subprocess.DEVNULL, text=True).stdout.strip()
         spec_name = "quick" if args.quick else "full"
         spec = SPECS[spec_name]
-        root = generate_fixtures(args.fixtures.resolve() / spec_name, spec)
+        root = generate_fixtures(args.fixtures.resolve() / spec_name, spec) if shared else None
         args.out.mkdir(parents=True, exist_ok=True)
         logdir = args.out / "logs"
         if logdir.exists():
             shutil.rmtree(logdir)
         logdir.mkdir()
-        emulator = Emulator(bins / "dbx-emulator", root, args.metadata_latency_ms, args.bandwidth, logdir)
-        log(f"emulator at {emulator.url} serving {root}; warming the server side")
-        emulator.warm_up(root, fixture_layout(spec))
+        emulator = None
+        if shared:
+            emulator = Emulator(bins / "dbx-emulator", root, args.metadata_latency_ms, args.bandwidth, logdir)
+            log(f"emulator at {emulator.url} serving {root}; warming the server side")
+            emulator.warm_up(root, fixture_layout(spec))
         a, b, c = spec["deep_fanout"]
         results = {
             "schema": 1,
@@ -1140,11 +1368,16 @@ def main(argv=None):
             },
             "workloads": [],
         }
-        results["config"]["emulator_knobs"] = emulator._call("GET", "/__admin/knobs")
+        if emulator:
+            results["config"]["emulator_knobs"] = emulator._call("GET", "/__admin/knobs")
+        if any(w.get("fixture") == "million" for w in selected):
+            folders, files, _, _ = million_shape(MILLION)
+            results["config"]["million_fixture"] = dict(MILLION, folders=folders, files=files)
         runner = Runner(args, bins, root, spec, emulator, workdir, logdir)
         failed = []
         for workload in selected:
-            if not runner.emulator.alive():
+            own = bool(workload.get("fixture"))     # its own emulator, started and stopped by the row
+            if not own and not runner.emulator.alive():
                 log(f"dbx-emulator exited with status {runner.emulator.process.returncode}; starting a new one")
                 results.setdefault("emulator_restarts", []).append(
                     {"before": workload["name"], "exit_status": runner.emulator.process.returncode})
@@ -1156,14 +1389,15 @@ def main(argv=None):
             try:
                 results["workloads"].append(runner.run_workload(workload))
             except BenchError as error:
-                if not runner.emulator.alive():
+                if not own and not runner.emulator.alive():
                     error = BenchError(f"{error} [dbx-emulator exited with status {runner.emulator.process.returncode} during this workload]")
                 log(f"  {workload['name']} failed: {error}")
                 failed.append(workload["name"])
                 results["workloads"].append({"name": workload["name"], "kind": workload["kind"],
                                              "metric": workload["metric"], "error": str(error)})
             write_outputs(args.out, results)     # partial results survive a later failure
-        runner.emulator.stop()
+        if runner.emulator:
+            runner.emulator.stop()
         results["elapsed_s"] = round(time.monotonic() - started, 1)
         write_outputs(args.out, results)
         sys.stdout.write(results_markdown(results))
