@@ -172,6 +172,31 @@ struct ParallelFillTests {
         #expect(try fs.lookup(parent: sub.inode, name: "g.txt").size == 1)
     }
 
+    @Test func aFolderAReaderListedBeforeTheCursorIsListedAgainSoADeletionMeanwhileShows() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        addTopFolders(["A"], to: dropbox)
+        dropbox.addFile("/gone.txt", [1])
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        dropbox.setCursorGate { entered.signal(); release.wait() }
+        let invalidated = Mutex<[KernelInvalidation]>([])
+        let fs = makeFS(dropbox)
+        fs.onInvalidation { batch in invalidated.withLock { $0 += batch } }
+        defer { fs.stopChangeFeed(); release.signal() }
+        fs.startChangeFeed()
+        #expect(entered.wait(timeout: .now() + 5) == .success)
+        // While the cursor is being taken, a reader lists the mounted folder; then the file goes.
+        #expect(try fs.lookup(parent: .root, name: "gone.txt").size == 1)
+        dropbox.remove("/gone.txt")
+        dropbox.setCursorGate(nil)
+        release.signal()
+        // The deletion came before the cursor, so the feed never reports it; the fill's own
+        // listing does not show the file, but only adds and updates.
+        #expect(eventually { fs.isFeedLive })
+        #expect(throws: FSError.notFound) { try fs.lookup(parent: .root, name: "gone.txt") }
+        #expect(invalidated.withLock { $0 }.contains(.entry(parent: .root, name: "gone.txt")))
+    }
+
     @Test func aListingThatFailedPartWayIsReplacedNotAddedTo() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         dropbox.addFolder("/A")

@@ -65,6 +65,13 @@ public final class FakeDropbox: DropboxAPI {
     /// Every file and folder, keyed by lowercased path.
     public var items: [String: Item] { contents.withLock { $0.items } }
 
+    private let cursorGate = Mutex<(@Sendable () -> Void)?>(nil)
+
+    /// Called inside `latestCursor`, before answering: lets a test act while the cursor is taken.
+    public func setCursorGate(_ gate: (@Sendable () -> Void)?) {
+        cursorGate.withLock { $0 = gate }
+    }
+
     /// Replaces the gates (see `init`); a gate may change this Dropbox.
     public func setGates(listing: (@Sendable () -> Void)?, recursive: (@Sendable () -> Void)?) {
         gates.withLock { $0 = (listing, recursive) }
@@ -234,7 +241,8 @@ public final class FakeDropbox: DropboxAPI {
     }
 
     public func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String {
-        contents.withLock { "feed:\($0.epoch):\($0.journal.count)" }
+        cursorGate.withLock { $0 }?()
+        return contents.withLock { "feed:\($0.epoch):\($0.journal.count)" }
     }
 
     public func longpoll(cursor: String, timeout: Int) throws(DropboxError) -> LongpollResult {

@@ -75,7 +75,9 @@ extension DropboxFilesystem {
                 guard state.tree.isAlive(folder) else { return [] }
                 var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
                 update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: !firstTime)
-                state.feed.listedByReadersDuringFill?.insert(folder)
+                if state.feed.listedByReadersDuringFill != nil {
+                    state.feed.listedByReadersDuringFill![folder] = max(state.feed.listedByReadersDuringFill![folder] ?? -.infinity, listedAt)
+                }
                 return update.invalidations
             }
             invalidate(invalidations)

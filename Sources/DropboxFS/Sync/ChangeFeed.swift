@@ -97,14 +97,19 @@ extension DropboxFilesystem {
     /// listing is done. That is why no entry is lost or resurrected whatever changes meanwhile:
     /// each subtree shows its entries as they were at some moment after the cursor, and every
     /// change after the cursor (a deletion, a rename as delete and add, a folder replaced by a
-    /// file) is applied again, in order, on top; applying an entry twice changes nothing.
+    /// file) is applied again, in order, on top; applying an entry twice changes nothing. A
+    /// reader's listing of a folder from before the cursor is the one thing that could keep an
+    /// entry deleted meanwhile (the pages only add and update, and the feed starts after the
+    /// deletion), so such a folder is listed again on next use.
     /// Subtrees never overlap: the mounted folder's own children are listed on their own, then
     /// each subfolder's subtree once.
     private func fill(replacing: Bool) throws(DropboxError) {
-        state.withLock { $0.feed.listedByReadersDuringFill = [] }
+        state.withLock { $0.feed.listedByReadersDuringFill = [:] }
         defer { invalidateFoldersListedByReaders() }
         let concurrency = options.listingConcurrency
         let startedAt = now()
+        // Listings that started from here on show everything the feed will not bring.
+        var coveredFrom = startedAt
         var touched: Set<Slot>? = replacing ? [] : nil
         let cursor: String
         if concurrency <= 1 {
@@ -122,11 +127,11 @@ extension DropboxFilesystem {
             cursor = try api.latestCursor(path: options.rootPath, recursive: true)
             let collected = Shared<Set<Slot>>([])
             // The mounted folder's own entries; its subfolders become the subtrees.
-            let cursorTakenAt = now()
+            coveredFrom = now()
             let top = try listAndApply(options.rootPath, recursive: false, replacing: replacing, into: collected)
             let jobs = ListingJobs { [self] in !stopped.load(ordering: .relaxed) }
             split(top, breadth: 1, depth: 1, replacing: replacing, collected: collected, jobs: jobs,
-                  readersCountSince: cursorTakenAt)
+                  readersCountSince: coveredFrom)
             try jobs.wait()
             if stopped.load(ordering: .relaxed) { return }
             if replacing { touched = collected.value.withLock { $0 } }
@@ -144,6 +149,16 @@ extension DropboxFilesystem {
             }
             // Listed no earlier than the cursor was taken; the feed brings everything after it.
             state.tree.markAllFoldersComplete(at: concurrency <= 1 ? now() : startedAt)
+            // A folder a reader listed before that may still show an entry deleted meanwhile:
+            // it is listed again on next use, and the kernel forgets what it showed.
+            for (folder, listedAt) in state.feed.listedByReadersDuringFill ?? [:]
+            where listedAt <= coveredFrom && state.tree.isAlive(folder) && state.tree.isDirectory(folder) {
+                state.tree.markIncomplete(folder)
+                for child in state.tree.children(of: folder) {
+                    gone.append(.entry(parent: folder.inode, name: state.tree.name(child)))
+                }
+                gone.append(.inode(folder.inode))
+            }
             state.feed.cursor = cursor
             state.feed.unsaved = true
             state.feed.live = true
@@ -155,14 +170,14 @@ extension DropboxFilesystem {
         logger.info("listed the mounted folder", metadata: ["entries": "\(cacheFootprint.entries)"])
     }
 
-    /// The display paths of the subfolders of `path`, if a reader listed it whole at `since` or
-    /// later; nil if the first listing must list it.
+    /// The display paths of the subfolders of `path`, if a reader listed it whole after `since`;
+    /// nil if the first listing must list it.
     private func subfoldersListedByAReader(_ path: String, since: Double, replacing: Bool,
                                            into touched: Shared<Set<Slot>>) -> [String]? {
         let found = state.withLock { state -> (subfolders: [String], children: [Slot])? in
             let tree = state.tree
             guard let folder = tree.slot(atPath: path, below: options.rootPath), tree.isDirectory(folder),
-                  tree.isComplete(folder), tree.listedAt(folder) >= since else { return nil }
+                  tree.isComplete(folder), tree.listedAt(folder) > since else { return nil }
             let children = tree.children(of: folder)
             let subfolders = children.filter { tree.isDirectory($0) }.map {
                 options.rootPath + tree.components($0).map { "/" + $0 }.joined()
@@ -196,9 +211,9 @@ extension DropboxFilesystem {
     /// again after the TTL, a replacing fill); only a first listing's pages do not.
     private func invalidateFoldersListedByReaders() {
         let folders = state.withLock { state -> [Slot] in
-            let listed = state.feed.listedByReadersDuringFill ?? []
+            let listed = state.feed.listedByReadersDuringFill ?? [:]
             state.feed.listedByReadersDuringFill = nil
-            return listed.filter { state.tree.isAlive($0) }
+            return listed.keys.filter { state.tree.isAlive($0) }
         }
         invalidate(folders.map { .inode($0.inode) })
     }

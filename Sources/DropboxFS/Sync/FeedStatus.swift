@@ -15,10 +15,13 @@ struct FeedStatus {
     /// (or the first listing) that reaches a folder one of them covers waits for it rather than
     /// listing the folder a second time.
     var fillInFlight: [(lowerPath: String, recursive: Bool)] = []
-    /// Folders a reader listed on its own while a first listing ran (nil when none runs). That
-    /// listing applies its pages without kernel invalidations, so it may add what the reader's
-    /// listing, already cached by the kernel, did not show; these folders are invalidated when it ends.
-    var listedByReadersDuringFill: Set<Slot>?
+    /// Folders a reader listed on its own while a first listing ran (nil when none runs), with when
+    /// the last such listing started. That first listing applies its pages without kernel
+    /// invalidations, so it may add what the reader's listing, already cached by the kernel, did
+    /// not show: these folders are invalidated when it ends. And it only adds and updates, so a
+    /// reader's listing from before the feed's cursor may keep an entry deleted since, which
+    /// neither the listing nor the feed reports: such folders are listed again on next use.
+    var listedByReadersDuringFill: [Slot: Double]?
 
     /// Readers waiting now for one folder's own listing under way (not a subtree's): `ls` of a
     /// large folder right after mounting. Subtree listings pause between pages meanwhile, so
