@@ -188,6 +188,7 @@ struct ParallelFillTests {
         // While the cursor is being taken, a reader lists the mounted folder; then the file goes.
         #expect(try fs.lookup(parent: .root, name: "gone.txt").size == 1)
         dropbox.remove("/gone.txt")
+        clock.advance(by: 1)   // the cursor is taken after that listing
         dropbox.setCursorGate(nil)
         release.signal()
         // The deletion came before the cursor, so the feed never reports it; the fill's own

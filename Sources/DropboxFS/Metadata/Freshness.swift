@@ -84,6 +84,29 @@ extension DropboxFilesystem {
         }
     }
 
+    /// Lists `folder` again once the first listing is done, telling the kernel what changed; if
+    /// Dropbox cannot answer, the folder is listed on its next use instead (see `fill`).
+    func listAgainAfterFill(_ folder: Slot) {
+        guard let path = state.withLock({ state -> String? in
+            guard state.tree.isAlive(folder), state.tree.isDirectory(folder) else { return nil }
+            return options.rootPath + state.tree.components(folder).map { "/" + $0 }.joined()
+        }) else { return }
+        let listedAt = now()
+        do throws(FSError) {
+            let entries = try listWholeFolder(path)
+            let invalidations = state.withLock { state -> [KernelInvalidation] in
+                guard state.tree.isAlive(folder) else { return [] }
+                var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
+                update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: true)
+                return update.invalidations
+            }
+            invalidate(invalidations)
+        } catch {
+            state.withLock { if $0.tree.isAlive(folder) { $0.tree.markIncomplete(folder) } }
+            invalidate([.inode(folder.inode)])
+        }
+    }
+
     /// How long a reader waits for the first listing to reach a folder it is listing anyway. A
     /// subtree's pages take a round trip each, so this bounds what one `ls` can lose to a large
     /// subtree; within it, `find` right after mounting walks behind the fill instead of listing

@@ -136,8 +136,11 @@ extension DropboxFilesystem {
             if stopped.load(ordering: .relaxed) { return }
             if replacing { touched = collected.value.withLock { $0 } }
         }
-        let invalidations = state.withLock { state -> [KernelInvalidation] in
+        let (invalidations, listedEarly) = state.withLock { state -> ([KernelInvalidation], [Slot]) in
             var gone: [KernelInvalidation] = []
+            // A folder a reader listed before the cursor may still show an entry deleted
+            // meanwhile: it is listed again below.
+            let listedEarly = (state.feed.listedByReadersDuringFill ?? [:]).filter { $0.value < coveredFrom }.map(\.key)
             if let touched {
                 var vanished: [Slot] = []
                 state.tree.walk { slot in if !touched.contains(slot) { vanished.append(slot) } }
@@ -149,35 +152,27 @@ extension DropboxFilesystem {
             }
             // Listed no earlier than the cursor was taken; the feed brings everything after it.
             state.tree.markAllFoldersComplete(at: concurrency <= 1 ? now() : startedAt)
-            // A folder a reader listed before that may still show an entry deleted meanwhile:
-            // it is listed again on next use, and the kernel forgets what it showed.
-            for (folder, listedAt) in state.feed.listedByReadersDuringFill ?? [:]
-            where listedAt <= coveredFrom && state.tree.isAlive(folder) && state.tree.isDirectory(folder) {
-                state.tree.markIncomplete(folder)
-                for child in state.tree.children(of: folder) {
-                    gone.append(.entry(parent: folder.inode, name: state.tree.name(child)))
-                }
-                gone.append(.inode(folder.inode))
-            }
+
             state.feed.cursor = cursor
             state.feed.unsaved = true
             state.feed.live = true
             state.feed.lastContact = now()
-            return gone
+            return (gone, listedEarly)
         }
         invalidate(invalidations)
+        for folder in listedEarly { listAgainAfterFill(folder) }
         signalFeedChanged()
         logger.info("listed the mounted folder", metadata: ["entries": "\(cacheFootprint.entries)"])
     }
 
-    /// The display paths of the subfolders of `path`, if a reader listed it whole after `since`;
+    /// The display paths of the subfolders of `path`, if a reader listed it whole at `since` or later;
     /// nil if the first listing must list it.
     private func subfoldersListedByAReader(_ path: String, since: Double, replacing: Bool,
                                            into touched: Shared<Set<Slot>>) -> [String]? {
         let found = state.withLock { state -> (subfolders: [String], children: [Slot])? in
             let tree = state.tree
             guard let folder = tree.slot(atPath: path, below: options.rootPath), tree.isDirectory(folder),
-                  tree.isComplete(folder), tree.listedAt(folder) > since else { return nil }
+                  tree.isComplete(folder), tree.listedAt(folder) >= since else { return nil }
             let children = tree.children(of: folder)
             let subfolders = children.filter { tree.isDirectory($0) }.map {
                 options.rootPath + tree.components($0).map { "/" + $0 }.joined()
