@@ -51,12 +51,12 @@ extension DropboxFilesystem {
             // and its subtree listings make way (`readersWaitingForAFolder`).
             let call = (lowerPath: path.lowercased(), recursive: false)
             state.withLock {
-                $0.feed.fillInFlight.append(call)
+                $0.feed.listingsInFlight.append(call)
                 $0.feed.readersWaitingForAFolder += 1
             }
             defer {
                 state.withLock {
-                    $0.feed.fillInFlight.removeAll { $0 == call }
+                    $0.feed.listingsInFlight.removeAll { $0 == call }
                     $0.feed.readersWaitingForAFolder -= 1
                 }
                 signalFeedChanged()
@@ -75,9 +75,8 @@ extension DropboxFilesystem {
                 guard state.tree.isAlive(folder) else { return [] }
                 var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
                 update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: !firstTime)
-                if state.feed.listedByReadersDuringFill != nil {
-                    state.feed.listedByReadersDuringFill![folder] = max(state.feed.listedByReadersDuringFill![folder] ?? -.infinity, listedAt)
-                }
+                let earlier = state.feed.listedByReadersDuringFill?[folder] ?? -.infinity
+                state.feed.listedByReadersDuringFill?[folder] = max(earlier, listedAt)
                 return update.invalidations
             }
             invalidate(invalidations)

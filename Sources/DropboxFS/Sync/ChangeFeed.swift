@@ -223,9 +223,9 @@ extension DropboxFilesystem {
                                 showExports: options.showExports)
         var subfolders: [String] = []
         let call = (lowerPath: path.lowercased(), recursive: recursive)
-        state.withLock { $0.feed.fillInFlight.append(call) }
+        state.withLock { $0.feed.listingsInFlight.append(call) }
         defer {
-            state.withLock { $0.feed.fillInFlight.removeAll { $0 == call } }
+            state.withLock { $0.feed.listingsInFlight.removeAll { $0 == call } }
             signalFeedChanged()   // readers waiting for this call (waitForFill)
         }
         var page: ListFolderPage

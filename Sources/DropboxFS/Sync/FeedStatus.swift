@@ -14,7 +14,7 @@ struct FeedStatus {
     /// path, and whether the call lists the whole subtree (recursive) or the folder alone. A reader
     /// (or the first listing) that reaches a folder one of them covers waits for it rather than
     /// listing the folder a second time.
-    var fillInFlight: [(lowerPath: String, recursive: Bool)] = []
+    var listingsInFlight: [(lowerPath: String, recursive: Bool)] = []
     /// Folders a reader listed on its own while a first listing ran (nil when none runs), with when
     /// the last such listing started. That first listing applies its pages without kernel
     /// invalidations, so it may add what the reader's listing, already cached by the kernel, did
@@ -31,11 +31,11 @@ struct FeedStatus {
     /// Whether a fill call under way will list the folder at `lowerPath`.
     /// Whether the fill is listing the folder at `lowerPath` on its own (not as part of a subtree).
     func fillListsFolderAlone(_ lowerPath: String) -> Bool {
-        fillInFlight.contains { $0.lowerPath == lowerPath && !$0.recursive }
+        listingsInFlight.contains { $0.lowerPath == lowerPath && !$0.recursive }
     }
 
     func fillCovers(_ lowerPath: String) -> Bool {
-        fillInFlight.contains { call in
+        listingsInFlight.contains { call in
             call.lowerPath == lowerPath
                 || (call.recursive && lowerPath.hasPrefix(call.lowerPath) && lowerPath.utf8.dropFirst(call.lowerPath.utf8.count).first == UInt8(ascii: "/"))
         }
