@@ -100,7 +100,7 @@ extension DropboxFilesystem {
     /// file) is applied again, in order, on top; applying an entry twice changes nothing. A
     /// reader's listing of a folder from before the cursor is the one thing that could keep an
     /// entry deleted meanwhile (the pages only add and update, and the feed starts after the
-    /// deletion), so such a folder is listed again on next use.
+    /// deletion), so such a folder is listed again when the fill ends (`listAgainAfterFill`).
     /// Subtrees never overlap: the mounted folder's own children are listed on their own, then
     /// each subfolder's subtree once.
     private func fill(replacing: Bool) throws(DropboxError) {

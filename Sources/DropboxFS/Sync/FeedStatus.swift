@@ -20,7 +20,7 @@ struct FeedStatus {
     /// invalidations, so it may add what the reader's listing, already cached by the kernel, did
     /// not show: these folders are invalidated when it ends. And it only adds and updates, so a
     /// reader's listing from before the feed's cursor may keep an entry deleted since, which
-    /// neither the listing nor the feed reports: such folders are listed again on next use.
+    /// neither the listing nor the feed reports: such folders are listed again when it ends.
     var listedByReadersDuringFill: [Slot: Double]?
 
     /// Readers waiting now for one folder's own listing under way (not a subtree's): `ls` of a
