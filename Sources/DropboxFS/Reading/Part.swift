@@ -27,6 +27,11 @@ final class Part: @unchecked Sendable {
     private var filled = 0
     private var status = Status.queued
     private var served = 0
+    /// The smallest prefix a blocked reader waits for (`Int.max` when none waits). An append
+    /// wakes readers only once it reaches that: over TLS bytes arrive in 16 KiB records, and
+    /// waking a reader for each (which finds too few bytes and sleeps again) cost more CPU than
+    /// the copy.
+    private var wanted = Int.max
 
     /// A part outside the budget (a one-off read): its own buffer, freed with it.
     init(range: Range<UInt64>) {
@@ -80,7 +85,10 @@ final class Part: @unchecked Sendable {
         }
         condition.withLock {
             filled = start + chunk.count
-            condition.broadcast()
+            if filled >= wanted {
+                wanted = Int.max
+                condition.broadcast()
+            }
         }
         return true
     }
@@ -95,6 +103,7 @@ final class Part: @unchecked Sendable {
             case .queued, .running: status = outcome
             case .done, .cancelled, .failed: return
             }
+            wanted = Int.max
             condition.broadcast()
         }
     }
@@ -106,7 +115,11 @@ final class Part: @unchecked Sendable {
         defer { condition.unlock() }
         while filled < count {
             switch status {
-            case .queued, .running: condition.wait()
+            case .queued, .running:
+                // Woken readers all come back here and register again, so `wanted` stays the
+                // least any of them needs.
+                wanted = min(wanted, count)
+                condition.wait()
             case .done: return filled >= count ? .ready : .cancelled
             case .cancelled: return .cancelled
             case .failed(let error): throw error
