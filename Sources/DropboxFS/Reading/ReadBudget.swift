@@ -13,6 +13,10 @@
 
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 public final class ReadBudget: Sendable {
     public let capacity: UInt64
     private let state = Mutex(Counts())
@@ -65,9 +69,9 @@ public final class ReadBudget: Sendable {
             }
             return (true, reused)
         }
-        for buffer in freed { buffer.pointer.deallocate() }   // outside the lock
+        for buffer in freed { PartMemory.free(buffer.pointer) }   // outside the lock
         guard outcome.ok else { return nil }
-        return outcome.reused?.pointer ?? .allocate(byteCount: size, alignment: 4096)
+        return outcome.reused?.pointer ?? PartMemory.allocate(size)
     }
 
     /// Gives back a part's buffer and its reservation together: parked for reuse if it fits under
@@ -81,7 +85,7 @@ public final class ReadBudget: Sendable {
             counts.parkedBytes += UInt64(size)
             return true
         }
-        if !keep { buffer.deallocate() }
+        if !keep { PartMemory.free(buffer) }
     }
 
     /// How much read-ahead one stream may hold now.
@@ -95,6 +99,46 @@ public final class ReadBudget: Sendable {
     /// Bytes reserved now, the most ever reserved at once, and the streams holding read-ahead.
     public var usage: (reserved: UInt64, peak: UInt64, streams: Int) {
         state.withLock { ($0.reserved, $0.peak, $0.streams) }
+    }
+}
+
+/// Memory for part buffers. Buffers of 2 MiB and more are mapped on their own, aligned to 2 MiB
+/// and marked for transparent huge pages: a fresh buffer then costs one page fault per 2 MiB
+/// instead of per 4 KiB (at a GB/s, faults on fresh 4 KiB pages took about 8% of the mount's CPU),
+/// and the kernel's copy out of it into the page cache walks fewer pages. Where THP is off the
+/// advice is ignored and the buffer is an ordinary mapping.
+enum PartMemory {
+    static let hugePage = 2 << 20
+
+    static func allocate(_ size: Int) -> UnsafeMutableRawBufferPointer {
+        guard size >= hugePage, let buffer = mapAligned(size) else {
+            return .allocate(byteCount: size, alignment: 4096)
+        }
+        return buffer
+    }
+
+    static func free(_ buffer: UnsafeMutableRawBufferPointer) {
+        if buffer.count >= hugePage {
+            munmap(buffer.baseAddress, buffer.count)
+        } else {
+            buffer.deallocate()
+        }
+    }
+
+    /// `size` bytes at a 2 MiB boundary: maps one huge page more and unmaps what lies outside.
+    private static func mapAligned(_ size: Int) -> UnsafeMutableRawBufferPointer? {
+        let span = size + hugePage
+        guard let raw = mmap(nil, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+              raw != MAP_FAILED else { return nil }
+        let address = UInt(bitPattern: raw)
+        let aligned = (address + UInt(hugePage) - 1) & ~(UInt(hugePage) - 1)
+        let head = Int(aligned - address)
+        if head > 0 { munmap(raw, head) }
+        let tail = span - head - size
+        if tail > 0 { munmap(UnsafeMutableRawPointer(bitPattern: aligned + UInt(size)), tail) }
+        let base = UnsafeMutableRawPointer(bitPattern: aligned)!
+        _ = madvise(base, size, MADV_HUGEPAGE)
+        return UnsafeMutableRawBufferPointer(start: base, count: size)
     }
 }
 
