@@ -17,6 +17,10 @@ public struct FilesystemUsage: Sendable {
     /// and the bytes they downloaded, since mounting. Their buffers are outside the budget.
     public var directReads: Int = 0
     public var directReadBytes: UInt64 = 0
+    /// The link as downloads measured it (`LinkEstimate`): seconds to a request's first byte and
+    /// bytes per second of one request's body; nil before the first part arrived.
+    public var linkLatency: Double?
+    public var linkRate: Double?
 }
 
 extension DropboxFilesystem {
@@ -43,8 +47,10 @@ extension DropboxFilesystem {
             ($0.tree.liveCount, $0.tree.approximateBytes, $0.fileHandles.count, $0.directoryHandles.count)
         }
         let direct = reader.directReadCounts
+        let link = reader.linkEstimate
         return FilesystemUsage(entries: entries, treeBytes: bytes, openFiles: files, openDirectories: folders,
                                readAheadBytes: reader.budget.usage.reserved,
-                               directReads: direct.reads, directReadBytes: direct.bytes)
+                               directReads: direct.reads, directReadBytes: direct.bytes,
+                               linkLatency: link.latency, linkRate: link.rate)
     }
 }

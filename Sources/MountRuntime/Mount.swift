@@ -58,6 +58,8 @@ public final class Mount: MountHooks {
             "open_files": "\(usage.openFiles)", "open_dirs": "\(usage.openDirectories)",
             "direct_reads": "\(usage.directReads)", "direct_read_bytes": "\(usage.directReadBytes)",
         ]
+        if let latency = usage.linkLatency { metadata["link_latency_ms"] = "\(Int((latency * 1000).rounded()))" }
+        if let rate = usage.linkRate { metadata["link_mb_per_s"] = "\(Int((rate / 1e6).rounded()))" }
         if let meter {
             metadata["api_calls"] = "\(meter.calls)"
             metadata["api_failures"] = "\(meter.failures)"

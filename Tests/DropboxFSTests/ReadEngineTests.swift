@@ -52,7 +52,12 @@ struct ReadEngineTests {
     @Test func sequentialReadsGrowTheWindowInDoublingParts() throws {
         let content = Self.content(48 * Self.MiB)
         dropbox.addFile("/big.bin", content)
-        let fs = makeFS()
+        // Parts stop at the short-round-trip size here: the in-memory Dropbox answers in
+        // microseconds or, on a loaded machine, milliseconds, and what the link estimate makes of
+        // that is LinkEstimateTests' subject, not this test's.
+        var options = ReadAheadOptions()
+        options.maxPartSize = options.basePartSize
+        let fs = makeFS(options)
         let handle = try open(fs, "big.bin")
         #expect(try readAll(fs, handle, size: content.count) == content)
         let ranges = dropbox.downloadRanges
@@ -79,6 +84,38 @@ struct ReadEngineTests {
         let elapsed = Date().timeIntervalSince(start)
         // 256 reads one round trip each would take 5 s; read-ahead needs a handful of round trips.
         #expect(elapsed < 2, "took \(elapsed) s")
+    }
+
+    @Test func aReaderThatReadsWholePartsOneAtATimeKeepsItsStream() throws {
+        // 1 MiB reads, one after another: the first read's 1 MiB part is read whole before the
+        // second read comes, which empties the stream. It used to start a new one at each read,
+        // so every read paid a round trip (32 requests of 1 MiB here).
+        let content = Self.content(32 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        #expect(try readAll(fs, handle, size: content.count, chunk: Self.MiB) == content)
+        #expect(dropbox.downloadRanges.count <= 8, "\(dropbox.downloadRanges)")
+        fs.release(handle)
+    }
+
+    @Test func aLongRoundTripGrowsPartsAndWindowWithinTheBudget() throws {
+        let content = Self.content(160 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        dropbox.setDownloadLatency(0.1)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        #expect(try readAll(fs, handle, size: content.count, chunk: Self.MiB) == content)
+        let link = fs.usage
+        #expect((link.linkLatency ?? 0) >= 0.09, "the engine measured the round trip: \(String(describing: link.linkLatency))")
+        let lengths = dropbox.downloadRanges.map { $0.upperBound - $0.lowerBound }
+        // A twelfth of the 240 MiB read-ahead budget, rounded down to a power of two: 16 MiB.
+        #expect(lengths.contains { $0 > 8 << 20 }, "parts grew past the short-round-trip 8 MiB: \(lengths)")
+        #expect(lengths.allSatisfy { $0 <= 16 << 20 }, "no part beyond a twelfth of the budget: \(lengths)")
+        #expect(fs.readAheadUsage.peak > 64 << 20, "the window opened past the short-round-trip 64 MiB")
+        #expect(fs.readAheadUsage.peak <= 256 << 20, "within --readahead-memory")
+        #expect(dropbox.downloadedBytes == UInt64(content.count), "every byte downloaded once")
+        fs.release(handle)
     }
 
     @Test func concurrentOutOfOrderReadsOfOneHandleStayInTheStream() throws {

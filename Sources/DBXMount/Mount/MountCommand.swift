@@ -135,7 +135,10 @@ struct MountCommand: ParsableCommand {
             logger.debug("ignoring mount options that concern mount(8), not dbx-mount",
                          metadata: ["options": "\(options.ignored.joined(separator: ","))"])
         }
-        let transport = CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"])
+        // Idle handles keep their TLS connections: as many as the read engine's parallel requests,
+        // so a stream's next parts never pay a new handshake.
+        let transport = CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"],
+                                      maxIdleHandles: CurlTransport.poolCapacity)
         let credentials = try self.credentials(options: options, environment: environment, endpoints: endpoints,
                                                transport: transport, logger: logger)
         let client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)

@@ -4,17 +4,22 @@
 // Streams. Each open handle has at most one stream: a run of contiguous parts (Range requests)
 // ahead of the reader. A read that starts where the previous one ended (or at offset 0, or within
 // or just past the stream: small forward seeks stay in it) is sequential; it doubles the stream's
-// window, from `initialWindow` up to the smaller of `maxWindow` and the stream's share of the
-// global budget, and schedules parts until the window ahead of the read is covered. Parts grow
-// 1, 2, 4, 8 MiB (`maxPartSize`), so the first byte costs one small request and a long read keeps
-// several large ones in flight over the transport's reused connections. A read far from the
-// stream drops it (cancelling what is in flight) and is fetched on its own, rounded only to whole
-// pages: the kernel already rounds buffered reads up and reads ahead by itself when it sees order,
+// window (and opens it at once to two round trips' worth of bytes), from `initialWindow` up to
+// the smaller of the link's window and the stream's share of the global budget, and schedules
+// parts until the window ahead of the read is covered. Every scheduled part is in flight. Parts
+// grow 1, 2, 4, 8 MiB and on to the link's part size, so the first byte costs one small request
+// and a long read keeps several large ones in flight over the transport's reused connections.
+// The link's window and part size come from what the downloads measured, round trip and rate
+// (`LinkEstimate`): a longer round trip needs more bytes in flight for the same throughput.
+// A read far from the stream drops it (cancelling what is in flight) and is fetched on its own,
+// rounded only to whole pages: the kernel already rounds buffered reads up and reads ahead by itself when it sees order,
 // so rounding further would only multiply bytes for random readers (4 KiB reads rounded to
 // 128 KiB download 32 times what they return).
 //
-// Threads. Parts are fetched by a small fixed pool (`WorkerPool`); the part a waiting reader
-// needs goes before read-ahead. A FUSE read blocks only until the bytes it asked for have arrived,
+// Threads. Parts are fetched by a fixed pool (`WorkerPool`) of `connections` threads, each
+// running one blocking request over its own kept-alive connection; the part a waiting reader
+// needs goes before read-ahead. A reader waiting for bytes is woken once they are there, not at
+// every chunk (`Part`). A FUSE read blocks only until the bytes it asked for have arrived,
 // then hands the buffers themselves to the adapter (`FileBytes`), which replies without a copy.
 // Reads that fit nowhere in the budget (or are random) download on the FUSE thread itself, which
 // bounds them by the number of FUSE threads (16 of at most 1 MiB each). They are kept inside the
@@ -39,18 +44,25 @@ import Foundation
 import Logging
 import Synchronization
 
-/// How the engine reads ahead. The defaults suit a mount on a fast link with tens of ms latency.
+/// How the engine reads ahead. Part size and window adapt to the measured link (`LinkEstimate`);
+/// these are their bounds, and the sizes a fresh mount starts from.
 public struct ReadAheadOptions: Sendable, Equatable {
     /// Bytes all open files together may hold in read-ahead buffers.
     public var memoryBudget: UInt64 = 256 << 20
     /// The first window of a new stream.
     public var initialWindow: UInt64 = 1 << 20
-    /// The most one stream reads ahead, budget permitting.
-    public var maxWindow: UInt64 = 128 << 20
-    /// The largest single Range request.
-    public var maxPartSize: UInt64 = 8 << 20
-    /// Threads fetching parts, which is also the most read-ahead requests in flight.
-    public var connections: Int = 8
+    /// The window at a short round trip; a longer one widens it (`LinkEstimate.window`).
+    public var maxWindow: UInt64 = 64 << 20
+    /// The part size parts grow to at a short round trip.
+    public var basePartSize: UInt64 = 8 << 20
+    /// The largest single Range request, at a long round trip.
+    public var maxPartSize: UInt64 = 32 << 20
+    /// Parts one stream keeps transferring at once; more are in flight while they wait for their
+    /// first byte.
+    public var partsTransferring = 4
+    /// Threads fetching parts: the most read-ahead requests in flight over all streams. The
+    /// budget bounds them first (240 MiB of read-ahead in 8 MiB parts is 30).
+    public var connections: Int = 32
     /// Where whole blocks are kept on disk between reads and mounts; nil keeps none.
     public var blockCacheDirectory: String?
     /// The most bytes the block cache keeps; least recently used blocks go first.
@@ -91,6 +103,9 @@ struct StreamState {
     var nextPartSize: UInt64 = 0
     var lastReadEnd: UInt64?
     var furthest: UInt64 = 0
+    /// Where the stream ended when the reader had read all of it: a read starting there continues
+    /// the stream rather than starting a new one (nil once dropped).
+    var drainedAt: UInt64?
     /// Reads in a row that fell outside the stream.
     var misses = 0
     /// Counted among the budget's streams (while it holds parts).
@@ -118,6 +133,11 @@ final class ReadEngine: Sendable {
     static func directReadReserve(of budget: UInt64) -> UInt64 {
         min(budget / 8, 16 << 20)
     }
+
+    /// The link as the engine's downloads measured it, shared by all streams (one link).
+    private let link = Mutex(LinkEstimate())
+
+    var linkEstimate: LinkEstimate { link.withLock { $0 } }
 
     /// Reads fetched on their own (outside read-ahead) and their bytes, for the stats line.
     private let directReads = Mutex((reads: 0, bytes: UInt64(0)))
@@ -153,6 +173,7 @@ final class ReadEngine: Sendable {
     private func drop(_ s: inout StreamState) {
         for part in s.parts { part.cancel() }
         s.parts.removeAll()
+        s.drainedAt = nil
         count(&s)
     }
 
@@ -222,7 +243,9 @@ final class ReadEngine: Sendable {
     /// Decides, under the stream's lock, what this read uses and what to fetch.
     private func plan(_ s: inout StreamState, file: ReadFile, offset: UInt64, end: UInt64) -> Plan {
         guard !s.closed else { return Plan() }
-        var inStream = false
+        // A reader whose reads are as large as the window and come one at a time reads each part
+        // whole before asking for the next: that empties the stream, and must not restart it.
+        var inStream = s.parts.isEmpty && s.drainedAt == offset
         if let start = s.parts.first?.range.lowerBound, let scheduledEnd = s.parts.last?.range.upperBound {
             let gap = max(s.window, Self.straggle)
             if offset >= start && offset <= scheduledEnd + gap {
@@ -231,6 +254,9 @@ final class ReadEngine: Sendable {
                 return Plan()   // a late read just behind the stream: fetch it alone, keep the stream
             }
         }
+        let link = self.link.withLock { $0 }
+        let partCeiling = link.partSize(options, budget: budget.capacity)
+        let windowCeiling = link.window(options, budget: budget.capacity)
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
         if !inStream {
             s.lastReadEnd = end
@@ -247,10 +273,13 @@ final class ReadEngine: Sendable {
             }
             drop(&s)
             s.window = options.initialWindow
-            s.nextPartSize = min(options.initialWindow, options.maxPartSize)
+            s.nextPartSize = min(options.initialWindow, partCeiling)
             s.furthest = end
         } else if end > s.furthest {
-            s.window = min(s.window * 2, options.maxWindow)
+            // From the second read on the reader streams: the window doubles, and opens at once
+            // to two round trips' worth of bytes, so a long round trip costs the ramp-up one
+            // round trip, not one per doubling.
+            s.window = min(max(s.window * 2, 2 * link.bytesPerRoundTrip), windowCeiling)
             s.furthest = end
         }
         s.misses = 0
@@ -263,7 +292,7 @@ final class ReadEngine: Sendable {
         }
 
         // The stream's share shrinks as more streams hold read-ahead.
-        let limit = min(options.maxWindow, max(options.initialWindow, budget.share))
+        let limit = min(windowCeiling, max(options.initialWindow, budget.share))
         s.window = min(s.window, limit)
         var plan = Plan()
         var held = s.parts.reduce(UInt64(0)) { $0 + UInt64(ReadBudget.bufferSize(for: $1.length)) }
@@ -282,7 +311,7 @@ final class ReadEngine: Sendable {
             plan.scheduled.append((part, neededNow))
             held += cost
             next += size
-            s.nextPartSize = min(s.nextPartSize * 2, options.maxPartSize)
+            s.nextPartSize = min(s.nextPartSize * 2, partCeiling)
         }
         count(&s)
         plan.needed = s.parts.filter { $0.range.upperBound > offset && $0.range.lowerBound < end }
@@ -297,6 +326,7 @@ final class ReadEngine: Sendable {
         stream.state.withLock { s in
             while let first = s.parts.first, first.isFullyServed {
                 s.parts.removeFirst()
+                if s.parts.isEmpty { s.drainedAt = first.range.upperBound }
             }
             count(&s)
         }
@@ -318,7 +348,17 @@ final class ReadEngine: Sendable {
             if let cache, cache.fill(part, file: file) { continue }
             let end = cache?.nextCachedOffset(after: start, before: part.range.upperBound, file: file) ?? part.range.upperBound
             do throws(DropboxError) {
-                let got = try api.download(path: file.path, range: start..<end) { part.append($0) }
+                let sent = ContinuousClock.now
+                var firstByte: ContinuousClock.Instant?
+                let got = try api.download(path: file.path, range: start..<end) { chunk in
+                    if firstByte == nil { firstByte = .now }
+                    return part.append(chunk)
+                }
+                if let firstByte, start + got == end {
+                    let finished = ContinuousClock.now
+                    link.withLock { $0.record(firstByte: (firstByte - sent).seconds, bytes: Int(got),
+                                              transfer: (finished - firstByte).seconds) }
+                }
                 // A part cancelled after its last byte arrived (its file was closed at once) is
                 // still complete, and still worth keeping in the block cache.
                 if part.isCancelled && part.filledCount < part.length { return }
@@ -342,6 +382,13 @@ final class ReadEngine: Sendable {
         // bytes), but an unmount that drains the workers then keeps every block that arrived.
         cache?.store(part, file: file)
         part.finish()
+    }
+}
+
+extension Duration {
+    var seconds: Double {
+        let (whole, fraction) = components
+        return Double(whole) + Double(fraction) * 1e-18
     }
 }
 
