@@ -121,6 +121,9 @@ final class ServerState: Sendable {
         var connections: Int = 0
         /// Requests answered 429 by the rate limit (`--rate-limit`), not by injected faults.
         var rateLimited: Int = 0
+        /// Faults `--fail-rate` and `--truncate-rate` injected, so a test can tell they happened.
+        var injectedFailures: Int = 0
+        var truncatedBodies: Int = 0
     }
 
     init(configuration: EmulatorConfiguration) {
@@ -148,6 +151,8 @@ final class ServerState: Sendable {
                 ("download_bytes", .int(Int64(s.downloadBytes))),
                 ("connections", .int(Int64(s.connections))),
                 ("rate_limited", .int(Int64(s.rateLimited))),
+                ("injected_failures", .int(Int64(s.injectedFailures))),
+                ("truncated_bodies", .int(Int64(s.truncatedBodies))),
             ])
         }
     }
@@ -156,7 +161,7 @@ final class ServerState: Sendable {
     func drawFault() -> InjectedFault? {
         let rate = knobs.withLock { $0.failureRate }
         guard rate > 0 else { return nil }
-        return dice.withLock { rng in
+        let fault: InjectedFault? = dice.withLock { rng in
             guard rng.unit() < rate else { return nil }
             switch rng.next() % 3 {
             case 0: return .status500
@@ -164,16 +169,20 @@ final class ServerState: Sendable {
             default: return .status429
             }
         }
+        if fault != nil { stats.withLock { $0.injectedFailures += 1 } }
+        return fault
     }
 
     /// For a download body of `length` bytes: where to cut it, or nil to send it whole.
     func drawTruncation(length: Int64) -> Int64? {
         let rate = knobs.withLock { $0.truncateRate }
         guard rate > 0, length > 0 else { return nil }
-        return dice.withLock { rng in
+        let cut: Int64? = dice.withLock { rng in
             guard rng.unit() < rate else { return nil }
             return Int64(rng.next() % UInt64(length))
         }
+        if cut != nil { stats.withLock { $0.truncatedBodies += 1 } }
+        return cut
     }
 
     /// Fixed one-second windows; rejected requests count too, as on Dropbox.
