@@ -114,7 +114,7 @@ public enum Callbacks {
             mount.hooks.fileOpened()
             info.pointee.fh = opened.handle.rawValue
             dbx_fi_set_keep_cache(info, opened.contentUnchanged ? 1 : 0)
-            dbx_fi_set_direct_io(info, opened.kernelSizeMayBeStale ? 1 : 0)
+            dbx_fi_set_direct_io(info, opened.kernelSizeMayBeStale || mount.directIO ? 1 : 0)
             reply.open(info)
         case .failure(let error):
             reply.failure(error)

@@ -15,10 +15,13 @@ public protocol MountHooks: Sendable {
 public final class FUSEContext: Sendable {
     public let filesystem: DropboxFilesystem
     let hooks: any MountHooks
+    /// Every file is opened with `direct_io` (`--direct-io`): reads bypass the page cache.
+    let directIO: Bool
 
-    public init(filesystem: DropboxFilesystem, hooks: any MountHooks) {
+    public init(filesystem: DropboxFilesystem, hooks: any MountHooks, directIO: Bool = false) {
         self.filesystem = filesystem
         self.hooks = hooks
+        self.directIO = directIO
     }
 
     /// How long the kernel may trust entries and attributes it is given now.

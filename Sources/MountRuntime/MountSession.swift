@@ -19,8 +19,9 @@ public final class MountSession {
     private var mounted = false
 
     /// Creates the session and mounts it at `mountpoint`. `mountOptions` are the `-o` options
-    /// libfuse understands (already checked by the caller); `debug` makes libfuse trace every request.
-    public init(mount: Mount, mountpoint: String, mountOptions: [String], debug: Bool) throws(MountError) {
+    /// libfuse understands (already checked by the caller); `directIO` opens files past the page
+    /// cache; `debug` makes libfuse trace every request.
+    public init(mount: Mount, mountpoint: String, mountOptions: [String], directIO: Bool = false, debug: Bool) throws(MountError) {
         ProcessMemory.useFixedMmapThreshold()
         var arguments = ["dbx-mount", "-o", mountOptions.joined(separator: ",")]
         if debug { arguments.append("-d") }
@@ -28,7 +29,7 @@ public final class MountSession {
         for argument in arguments { fuse_opt_add_arg(&args, argument) }
         defer { fuse_opt_free_args(&args) }
 
-        let retained = Unmanaged.passRetained(FUSEContext(filesystem: mount.filesystem, hooks: mount))
+        let retained = Unmanaged.passRetained(FUSEContext(filesystem: mount.filesystem, hooks: mount, directIO: directIO))
         var ops = Callbacks.operations()
         guard let session = dbx_fuse_session_new(&args, &ops, retained.toOpaque()) else {
             retained.release()

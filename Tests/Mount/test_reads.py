@@ -190,6 +190,28 @@ def test_the_block_cache_serves_a_second_read_without_downloading(files, reads_e
         second.unmount()
 
 
+@pytest.mark.parametrize("args", [["--direct-io"], ["-o", "direct_io"]])
+def test_direct_io_reads_past_the_page_cache(files, reads_emulator, mount, args):
+    mnt = mount(*args)
+    size = (files / "a.bin").stat().st_size
+    reset_stats(reads_emulator)
+    for _ in range(2):
+        assert sha256(mnt / "a.bin") == sha256(files / "a.bin")
+    # Without direct_io the kernel keeps the pages (keep_cache) and the second read downloads
+    # nothing; with it, every read reaches the mount and a new open starts a new stream.
+    downloaded = stats(reads_emulator)["download_bytes"]
+    assert downloaded >= 2 * size - 2 * MiB, f"{downloaded} bytes downloaded for two reads of {size}"
+
+
+def test_without_direct_io_a_second_read_comes_from_the_page_cache(files, reads_emulator, mount):
+    mnt = mount()
+    size = (files / "c.bin").stat().st_size
+    reset_stats(reads_emulator)
+    for _ in range(2):
+        assert sha256(mnt / "c.bin") == sha256(files / "c.bin")
+    assert stats(reads_emulator)["download_bytes"] <= size + MiB
+
+
 @pytest.mark.parametrize("args", [["--readahead-memory=-1"], ["-o", "readahead_memory=lots"],
                                   ["--block-cache-dir", ""], ["-o", "block_cache_size=-5"]])
 def test_bad_read_options_fail_with_usage_errors(reads_emulator, tmp_path, args):

@@ -17,6 +17,14 @@ struct ReadOptions: ParsableArguments {
                                valueName: "MiB"))
     var blockCacheSize: Int?
 
+    @Flag(help: ArgumentHelp("Bypass the kernel's page cache: reads go straight from read-ahead to the reader, which saves a copy and about 0.25 CPU-s per GiB on long streams, but every read reaches dbx-mount (nothing re-read is cached by the kernel) and shared mmap fails (ENODEV)."))
+    var directIO = false
+
+    /// Whether files are opened with `direct_io` (the flag, else `-o direct_io`).
+    func directIO(_ list: MountOptionList) -> Bool {
+        directIO || list.settings["direct_io"] != nil
+    }
+
     /// The read engine's options from these flags, else their `-o` forms, else the defaults.
     func readAhead(_ list: MountOptionList) throws(UsageError) -> ReadAheadOptions {
         var options = ReadAheadOptions()
