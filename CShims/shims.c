@@ -1,4 +1,13 @@
+#define _GNU_SOURCE
+#include <sys/socket.h>
 #include "CShims.h"
+
+long dbx_socket_peer_uid(int fd) {
+    struct ucred credentials;
+    socklen_t length = sizeof(credentials);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+    return (long)credentials.uid;
+}
 
 struct fuse_session *dbx_fuse_session_new(struct fuse_args *args,
                                           const struct fuse_lowlevel_ops *ops, void *userdata) {

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -24,6 +26,10 @@
 struct fuse_session *_Nullable dbx_fuse_session_new(struct fuse_args *args,
                                                     const struct fuse_lowlevel_ops *ops,
                                                     void *_Nullable userdata);
+
+// SO_PEERCRED's struct ucred needs _GNU_SOURCE, which Swift's Glibc module does not define: the
+// uid of the process at the other end of a Unix socket, or -1 with errno set.
+long dbx_socket_peer_uid(int fd);
 
 // fuse_session_loop_mt is a version-selecting macro, and its config is an opaque builder.
 int dbx_fuse_session_loop_mt(struct fuse_session *se, int clone_fd, unsigned max_threads);

@@ -11,8 +11,12 @@ public struct FilesystemUsage: Sendable {
     /// File and folder handles the kernel holds open.
     public var openFiles: Int
     public var openDirectories: Int
-    /// Read-ahead memory reserved now.
+    /// Read-ahead memory reserved now, of the budget (`--readahead-memory`).
     public var readAheadBytes: UInt64
+    public var readAheadBudget: UInt64 = 0
+    /// The block cache's bytes on disk and its capacity; nil without a block cache.
+    public var blockCacheBytes: UInt64?
+    public var blockCacheCapacity: UInt64?
     /// Reads fetched on their own, outside any read-ahead (random, behind or beside a stream),
     /// and the bytes they downloaded, since mounting. Their buffers are outside the budget.
     public var directReads: Int = 0
@@ -49,7 +53,8 @@ extension DropboxFilesystem {
         let direct = reader.directReadCounts
         let link = reader.linkEstimate
         return FilesystemUsage(entries: entries, treeBytes: bytes, openFiles: files, openDirectories: folders,
-                               readAheadBytes: reader.budget.usage.reserved,
+                               readAheadBytes: reader.budget.usage.reserved, readAheadBudget: reader.options.memoryBudget,
+                               blockCacheBytes: reader.cache?.storedBytes, blockCacheCapacity: reader.cache?.capacity,
                                directReads: direct.reads, directReadBytes: direct.bytes,
                                linkLatency: link.latency, linkRate: link.rate)
     }

@@ -76,6 +76,45 @@ struct ParallelFillTests {
                 "no folder is listed again")
     }
 
+    @Test func progressCountsTheListingsAndTheEntriesAndEndsDone() throws {
+        let dropbox = FakeDropbox(pageSize: 7)
+        addTopFolders(["A", "B", "C"], to: dropbox)
+        dropbox.addFile("/loose.txt", [1])
+        let fs = makeFS(dropbox)
+        defer { fs.stopChangeFeed() }
+        #expect(fs.syncProgress.firstListing == nil, "no first listing before the feed starts")
+        fs.startChangeFeed()
+        #expect(eventually { fs.isFeedLive })
+        let progress = fs.syncProgress
+        let listing = try #require(progress.firstListing)
+        #expect(listing.done && listing.fraction == 1)
+        // The root on its own, the three top folders (few for 8 at once, so each is listed alone)
+        // and their subfolders' subtrees.
+        #expect(listing.listingsStarted == 7 && listing.listingsDone == 7, "\(listing)")
+        #expect(listing.entries >= dropbox.items.count, "\(listing.entries) of \(dropbox.items.count)")
+        #expect(listing.folders >= 6)
+        #expect(progress.feedLive && progress.feedDownForSeconds == nil && progress.feedError == nil)
+    }
+
+    @Test func progressSaysWhenAndWhyTheFeedIsDown() throws {
+        let dropbox = FakeDropbox()
+        addTopFolders(["A"], to: dropbox)
+        dropbox.fail(with: .transport(code: 7, message: "connection refused"))
+        let fs = makeFS(dropbox)
+        defer { fs.stopChangeFeed() }
+        fs.startChangeFeed()
+        #expect(eventually { fs.syncProgress.feedDownForSeconds != nil })
+        clock.advance(by: 30)
+        let progress = fs.syncProgress
+        #expect(!progress.feedLive)
+        #expect((progress.feedDownForSeconds ?? 0) >= 30)
+        #expect(progress.feedError?.contains("connection refused") == true, "\(String(describing: progress.feedError))")
+        #expect(progress.firstListing?.done == false)
+        dropbox.fail(with: nil)
+        #expect(eventually(within: 10) { fs.isFeedLive }, "the feed recovers after its backoff")
+        #expect(fs.syncProgress.feedDownForSeconds == nil && fs.syncProgress.feedError == nil)
+    }
+
     @Test func aTreeNarrowAtTheTopIsSplitOneLevelFurther() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         dropbox.addFolder("/Only")

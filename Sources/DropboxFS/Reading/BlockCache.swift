@@ -63,6 +63,9 @@ final class BlockCache: Sendable {
         }
     }
 
+    /// Bytes of blocks on disk, as far as the index knows (0 before the first use loads it).
+    var storedBytes: UInt64 { index.withLock { $0?.total ?? 0 } }
+
     init(directory: String, capacity: UInt64, logger: Logger) {
         self.directory = directory
         self.capacity = capacity

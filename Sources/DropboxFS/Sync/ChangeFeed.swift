@@ -81,7 +81,11 @@ extension DropboxFilesystem {
                 logger.log(level: failures == 1 ? .notice : .debug, "change feed is down; retrying with backoff",
                            metadata: ["error": "\(error)", "failures": "\(failures)"])
                 setFeed(live: false)
-                state.withLock { $0.feed.catchingUp = false }
+                state.withLock {
+                    $0.feed.catchingUp = false
+                    if $0.feed.downSince == nil { $0.feed.downSince = now() }
+                    $0.feed.lastError = "\(error)"
+                }
                 signalFeedChanged()
                 pause(seconds: min(60, Double(1 << min(failures, 6))))
             }
@@ -104,10 +108,13 @@ extension DropboxFilesystem {
     /// Subtrees never overlap: the mounted folder's own children are listed on their own, then
     /// each subfolder's subtree once.
     private func fill(replacing: Bool) throws(DropboxError) {
-        state.withLock { $0.feed.listedByReadersDuringFill = [:] }
+        let startedAt = now()
+        state.withLock {
+            $0.feed.listedByReadersDuringFill = [:]
+            $0.feed.fill = FillProgress(startedAt: startedAt)
+        }
         defer { invalidateFoldersListedByReaders() }
         let concurrency = options.listingConcurrency
-        let startedAt = now()
         // Listings that started from here on show everything the feed will not bring.
         var coveredFrom = startedAt
         var touched: Set<Slot>? = replacing ? [] : nil
@@ -157,6 +164,9 @@ extension DropboxFilesystem {
             state.feed.unsaved = true
             state.feed.live = true
             state.feed.lastContact = now()
+            state.feed.fill?.endedAt = now()
+            state.feed.downSince = nil
+            state.feed.lastError = nil
             return (gone, listedEarly)
         }
         invalidate(invalidations)
@@ -223,9 +233,15 @@ extension DropboxFilesystem {
                                 showExports: options.showExports)
         var subfolders: [String] = []
         let call = (lowerPath: path.lowercased(), recursive: recursive)
-        state.withLock { $0.feed.listingsInFlight.append(call) }
+        state.withLock {
+            $0.feed.listingsInFlight.append(call)
+            $0.feed.fill?.listingsStarted += 1
+        }
         defer {
-            state.withLock { $0.feed.listingsInFlight.removeAll { $0 == call } }
+            state.withLock {
+                $0.feed.listingsInFlight.removeAll { $0 == call }
+                $0.feed.fill?.listingsDone += 1
+            }
             signalFeedChanged()   // readers waiting for this call (waitForFill)
         }
         var page: ListFolderPage
@@ -332,6 +348,10 @@ extension DropboxFilesystem {
             update.invalidations = []
             update.changedFiles = []
             if !entries.isEmpty { state.feed.unsaved = true }
+            if state.feed.fill?.endedAt == nil, state.feed.fill != nil {
+                state.feed.fill!.entries += entries.count
+                state.feed.fill!.folders += entries.count { if case .folder = $0 { true } else { false } }
+            }
             update.apply(entries, to: &state.tree, notify: notify, newFoldersListedAt: newFoldersListedAt)
             let rewritten = thumbnailer == nil ? [] : update.changedFiles.compactMap { thumbnailTarget($0, in: state.tree) }
             return (update.invalidations, rewritten)
@@ -344,7 +364,11 @@ extension DropboxFilesystem {
     private func setFeed(live: Bool) {
         state.withLock { state in
             state.feed.live = live
-            if live { state.feed.lastContact = now() }
+            if live {
+                state.feed.lastContact = now()
+                state.feed.downSince = nil
+                state.feed.lastError = nil
+            }
         }
         signalFeedChanged()
     }

@@ -28,6 +28,13 @@ struct FeedStatus {
     /// that the folder someone is looking at gets the CPU rather than the background.
     var readersWaitingForAFolder = 0
 
+    /// The last first listing of the mounted folder (nil if the tree came from the persistent
+    /// cache and none was needed), for `dbx-mount status`.
+    var fill: FillProgress?
+    /// When the feed last failed to reach Dropbox (monotonic seconds) and why; nil while it works.
+    var downSince: Double?
+    var lastError: String?
+
     /// Whether a fill call under way will list the folder at `lowerPath`.
     /// Whether the fill is listing the folder at `lowerPath` on its own (not as part of a subtree).
     func fillListsFolderAlone(_ lowerPath: String) -> Bool {
@@ -40,4 +47,16 @@ struct FeedStatus {
                 || (call.recursive && lowerPath.hasPrefix(call.lowerPath) && lowerPath.utf8.dropFirst(call.lowerPath.utf8.count).first == UInt8(ascii: "/"))
         }
     }
+}
+
+/// How far a first listing has come. Dropbox does not say how many entries a folder holds, so
+/// progress is counted in listings: each subtree or folder the listing split the account into is
+/// one, and new ones appear as their parents' listings return.
+struct FillProgress {
+    var startedAt: Double
+    var endedAt: Double?
+    var entries = 0
+    var folders = 0
+    var listingsStarted = 0
+    var listingsDone = 0
 }
