@@ -21,6 +21,8 @@ public final class Mount: MountHooks {
     private let readaheadRaised = Atomic<Bool>(false)
     /// Counts the filesystem's Dropbox calls, for the stats line (nil: not counted).
     let meter: APIMeter?
+    /// The control socket (`dbx-mount status`), bound before daemonizing and served from `init`.
+    private let control = Mutex<(server: ControlServer, identity: MountIdentity)?>(nil)
 
     public init(filesystem: DropboxFilesystem, logger: Logger, followChanges: Bool = true, meter: APIMeter? = nil) {
         self.filesystem = filesystem
@@ -31,6 +33,9 @@ public final class Mount: MountHooks {
 
     /// FUSE's `init`: the first moment threads may start (libfuse has forked by now, if it will).
     public func mountInitialized() {
+        if let (server, identity) = control.withLock({ $0 }) {
+            server.start { [self] request in answer(request, identity: identity) }
+        }
         if let invalidator = invalidator.withLock({ $0 }) {
             invalidator.start()
             filesystem.onInvalidation { invalidator.enqueue($0) }
@@ -46,6 +51,31 @@ public final class Mount: MountHooks {
     public func fileOpened() {
         guard !readaheadRaised.exchange(true, ordering: .relaxed), let mountpoint = mountpoint.withLock({ $0 }) else { return }
         KernelReadahead.raise(mountpoint: mountpoint, logger: logger)
+    }
+
+    /// Serves `dbx-mount status` and the other control commands through `server` once mounted.
+    public func attachControl(_ server: ControlServer, identity: MountIdentity) {
+        control.withLock { $0 = (server, identity) }
+    }
+
+    /// Stops answering on the control socket and removes it (at unmount).
+    public func stopControl() {
+        control.withLock { $0 }?.server.stop()
+    }
+
+    /// One control request (docs/CONTROL.md).
+    private func answer(_ request: [String: Any], identity: MountIdentity) -> [String: Any] {
+        switch request["command"] as? String {
+        case "status":
+            guard let status = MountStatus(of: self, identity: identity).jsonObject() else {
+                return ["ok": false, "error": "cannot encode the status"]
+            }
+            return ["ok": true, "status": status]
+        case let command?:
+            return ["ok": false, "error": "unknown command \(command)"]
+        case nil:
+            return ["ok": false, "error": "the request names no command"]
+        }
     }
 
     /// One line saying what the mount holds and has done (SIGUSR1). Logged at notice, so it shows

@@ -70,6 +70,7 @@ public final class MountSession {
     }
 
     deinit {
+        mount.stopControl()
         mount.filesystem.stopChangeFeed()
         mount.filesystem.stopReading()
         mount.filesystem.persist()   // the next mount starts from this tree and catches up

@@ -239,6 +239,20 @@ struct MountCommand: ParsableCommand {
                                    folderModified: Int64(time(nil)), logger: logger, store: store,
                                    thumbnails: thumbnailStore)
         let mount = Mount(filesystem: filesystem, logger: logger, meter: meter)
+        // The control socket for `dbx-mount status`, bound now so that a problem is one line here.
+        guard let resolved = realpath(mountpoint, nil) else {
+            fail("cannot resolve mount point \(mountpoint): \(String(cString: strerror(errno)))", code: 1)
+        }
+        let absoluteMountpoint = String(cString: resolved)
+        free(resolved)
+        do throws(ControlSocket.Failure) {
+            let server = try ControlServer(mountpoint: absoluteMountpoint, directory: ControlSocket.directory(environment: environment))
+            mount.attachControl(server, identity: MountIdentity(
+                mountpoint: absoluteMountpoint, account: "\(account.displayName) <\(account.email)>",
+                source: source.isEmpty ? "/" : source))
+        } catch {
+            fail("the control socket: \(error)", code: 1)
+        }
 
         var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]
         if !options.fuseOptions.contains(where: { $0.hasPrefix("fsname=") }) {
@@ -261,6 +275,7 @@ struct MountCommand: ParsableCommand {
             session = try MountSession(mount: mount, mountpoint: mountpoint, mountOptions: fuseOptions, directIO: directIO,
                                        debug: debug)
         } catch {
+            mount.stopControl()
             fail(error.description, code: 1)
         }
         session.daemonize(foreground: foreground)

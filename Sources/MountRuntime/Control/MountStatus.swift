@@ -1,0 +1,148 @@
+// What `dbx-mount status` shows of a running mount, as the control socket sends it
+// (docs/CONTROL.md). One Codable type for both sides: the mount encodes it, the command decodes it,
+// so the two cannot drift apart. Keys are snake_case in JSON; optional figures are absent rather
+// than null when unknown.
+
+import DropboxClient
+import DropboxFS
+import Foundation
+
+public struct MountStatus: Codable, Sendable, Equatable {
+    /// Bumped when a field changes meaning; new fields may appear at any time.
+    public var version = 1
+    public var pid: Int32
+    public var mountpoint: String
+    public var account: String
+    /// The mounted Dropbox folder ("/" for the whole account).
+    public var source: String
+    public var mountedAt: Date
+    public var firstListing: FirstListing?
+    public var changeFeed: ChangeFeed
+    public var cache: Cache
+    public var reads: Reads
+    public var dropbox: Dropbox?
+
+    public struct FirstListing: Codable, Sendable, Equatable {
+        public var done: Bool
+        public var entries: Int
+        public var folders: Int
+        public var listingsDone: Int
+        public var listingsStarted: Int
+        public var seconds: Double
+        /// 0 to 1: finished listings of those known so far.
+        public var fraction: Double
+    }
+
+    public struct ChangeFeed: Codable, Sendable, Equatable {
+        /// "live", "catching up", "starting" (the first listing runs) or "down".
+        public var state: String
+        public var downSince: Date?
+        public var error: String?
+    }
+
+    public struct Cache: Codable, Sendable, Equatable {
+        public var entries: Int
+        public var treeBytes: Int
+    }
+
+    public struct Reads: Codable, Sendable, Equatable {
+        public var readaheadBytes: UInt64
+        public var readaheadBudget: UInt64
+        public var openFiles: Int
+        public var openDirectories: Int
+        public var blockCacheBytes: UInt64?
+        public var blockCacheCapacity: UInt64?
+        public var linkLatencyMs: Int?
+        public var linkMBPerSecond: Int?
+    }
+
+    public struct Dropbox: Codable, Sendable, Equatable {
+        public var calls: UInt64
+        public var failures: UInt64
+        public var bytesDownloaded: UInt64
+    }
+
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }()
+
+    static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
+
+    /// As a JSON object, for the control socket's answer.
+    public func jsonObject() -> Any? {
+        guard let data = try? Self.encoder.encode(self) else { return nil }
+        return try? JSONSerialization.jsonObject(with: data)
+    }
+
+    public func json(pretty: Bool = false) -> String {
+        let encoder = Self.encoder
+        if pretty { encoder.outputFormatting = [.sortedKeys, .prettyPrinted] }
+        defer { encoder.outputFormatting = [.sortedKeys] }
+        return (try? encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+    }
+
+}
+
+extension MountStatus {
+    /// Decodes the control socket's `status` object; nil if it is not one.
+    public init?(jsonObject: Any) {
+        guard JSONSerialization.isValidJSONObject(jsonObject),
+              let data = try? JSONSerialization.data(withJSONObject: jsonObject),
+              let status = try? Self.decoder.decode(MountStatus.self, from: data) else { return nil }
+        self = status
+    }
+
+    /// The status of `mount` now.
+    init(of mount: Mount, identity: MountIdentity, now: Date = Date()) {
+        let usage = mount.filesystem.usage
+        let sync = mount.filesystem.syncProgress
+        let feedState = if sync.feedLive {
+            sync.catchingUp ? "catching up" : "live"
+        } else if sync.feedDownForSeconds != nil {
+            "down"
+        } else {
+            sync.catchingUp ? "catching up" : "starting"
+        }
+        self.init(
+            pid: getpid(), mountpoint: identity.mountpoint, account: identity.account, source: identity.source,
+            mountedAt: identity.mountedAt,
+            firstListing: sync.firstListing.map {
+                FirstListing(done: $0.done, entries: $0.entries, folders: $0.folders, listingsDone: $0.listingsDone,
+                             listingsStarted: $0.listingsStarted, seconds: $0.seconds, fraction: $0.fraction)
+            },
+            changeFeed: ChangeFeed(state: feedState,
+                                   downSince: sync.feedDownForSeconds.map { now.addingTimeInterval(-$0) },
+                                   error: sync.feedError),
+            cache: Cache(entries: usage.entries, treeBytes: usage.treeBytes),
+            reads: Reads(readaheadBytes: usage.readAheadBytes, readaheadBudget: usage.readAheadBudget,
+                         openFiles: usage.openFiles, openDirectories: usage.openDirectories,
+                         blockCacheBytes: usage.blockCacheBytes, blockCacheCapacity: usage.blockCacheCapacity,
+                         linkLatencyMs: usage.linkLatency.map { Int(($0 * 1000).rounded()) },
+                         linkMBPerSecond: usage.linkRate.map { Int(($0 / 1e6).rounded()) }),
+            dropbox: mount.meter.map { Dropbox(calls: $0.calls, failures: $0.failures, bytesDownloaded: $0.bytesDownloaded) })
+    }
+}
+
+/// What a mount is, as the command line set it up: for `status`.
+public struct MountIdentity: Sendable {
+    public var mountpoint: String
+    public var account: String
+    public var source: String
+    public var mountedAt: Date
+
+    public init(mountpoint: String, account: String, source: String, mountedAt: Date = Date()) {
+        self.mountpoint = mountpoint
+        self.account = account
+        self.source = source
+        self.mountedAt = mountedAt
+    }
+}
