@@ -95,7 +95,10 @@ def test_reads_over_tls_equal_the_served_files_and_reuse_connections(served, cer
             assert sha256(m.mountpoint / "large.bin") == sha256(served / "large.bin")
             stats = admin(emulator, certificates, "/__stats")
             downloads = stats["requests"]["files/download"]
-            assert stats["download_bytes"] == (served / "large.bin").stat().st_size, "each byte downloaded once"
+            # About once each: on a loaded machine the kernel's read-ahead may overtake the stream
+            # and a read or two is fetched beside it.
+            size = (served / "large.bin").stat().st_size
+            assert size <= stats["download_bytes"] <= size + 16 * MiB, stats
             # Parts go over kept-alive connections: a TLS handshake per part would make one
             # connection per download.
             assert downloads >= 12, stats
