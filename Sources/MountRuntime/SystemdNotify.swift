@@ -1,3 +1,4 @@
+import CShims
 import Glibc
 
 /// systemd's readiness protocol (`sd_notify(3)`) without libsystemd: one datagram of
