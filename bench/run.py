@@ -25,8 +25,10 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -387,11 +389,49 @@ def peak_rss(pid):
     return None
 
 
+def make_tls(folder):
+    """A throw-away CA and a certificate for 127.0.0.1 signed by it (openssl), for the TLS rows:
+    the mount trusts the CA through --ca-bundle, curl through --cacert, the runner through an
+    ssl context. Returns {"ca", "cert", "key"} paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    def openssl(*argv):
+        result = subprocess.run(["openssl", *map(str, argv)], capture_output=True, timeout=60)
+        if result.returncode != 0:
+            raise BenchError(f"openssl {argv[0]} failed: {result.stderr.decode(errors='replace').strip()[-200:]}")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", folder / "ca.key", "-out", folder / "ca.pem",
+            "-days", "2", "-subj", "/CN=dbx-mount bench CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", folder / "server.key", "-out", folder / "server.csr",
+            "-subj", "/CN=127.0.0.1")
+    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n")
+    openssl("x509", "-req", "-in", folder / "server.csr", "-CA", folder / "ca.pem", "-CAkey", folder / "ca.key",
+            "-CAcreateserial", "-out", folder / "server.pem", "-days", "2", "-extfile", folder / "ext.cnf")
+    return {"ca": folder / "ca.pem", "cert": folder / "server.pem", "key": folder / "server.key"}
+
+
+def cpu_seconds(pid):
+    """utime + stime of a running process, from /proc (the mount's, the emulator's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def children_cpu_seconds():
+    """CPU of the children reaped so far (the reader or curl a workload ran)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Emulator:
-    def __init__(self, binary, root, latency_ms, bandwidth, logdir, name="emulator", start_timeout=120):
+    def __init__(self, binary, root, latency_ms, bandwidth, logdir, name="emulator", start_timeout=120, tls=None):
         argv = [str(binary), "--root", str(root), "--port", "0", "--latency-ms", str(latency_ms)]
         if bandwidth:
             argv += ["--bandwidth", str(bandwidth)]
+        self.tls = tls
+        if tls:
+            argv += ["--tls-cert", str(tls["cert"]), "--tls-key", str(tls["key"])]
         self.log_path = logdir / f"{name}.log"
         self.log_file = open(self.log_path, "ab")
         start_offset = self.log_path.stat().st_size
@@ -429,7 +469,10 @@ class Emulator:
             try:
                 if self._admin is None:
                     host, port = self.url.split("//", 1)[1].rsplit(":", 1)
-                    self._admin = http.client.HTTPConnection(host, int(port), timeout=30)
+                    if self.tls:
+                        self._admin = http.client.HTTPSConnection(host, int(port), timeout=30, context=self.ssl_context())
+                    else:
+                        self._admin = http.client.HTTPConnection(host, int(port), timeout=30)
                 self._admin.request(method, path, body=body)
                 response = self._admin.getresponse()
                 data = response.read()
@@ -443,6 +486,9 @@ class Emulator:
                 if attempt == 2 or not self.alive():
                     state = "running" if self.alive() else f"exited with status {self.process.returncode}"
                     raise BenchError(f"cannot reach dbx-emulator at {self.url}{path} ({state}): {error}")
+
+    def ssl_context(self):
+        return ssl.create_default_context(cafile=str(self.tls["ca"])) if self.tls else None
 
     def stats(self):
         return self._call("GET", "/__stats")
@@ -486,7 +532,7 @@ class Emulator:
             request = urllib.request.Request(self.url + "/2/files/list_folder", method="POST",
                                              data=json.dumps({"path": "/" + folder, "recursive": False}).encode(),
                                              headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=600) as response:
+            with urllib.request.urlopen(request, timeout=600, context=self.ssl_context()) as response:
                 response.read()
 
     def peak_rss(self):
@@ -562,6 +608,7 @@ class Mount:
 class Context:
     def __init__(self, args, spec, root, emulator, timeout):
         self.args = args
+        self.tls = emulator.tls
         self.spec = spec
         self.root = root
         self.layout = fixture_layout(spec)
@@ -576,6 +623,8 @@ class Context:
                 "-H", f"Authorization: Bearer {TOKEN}",
                 "-H", "Dropbox-API-Arg: " + json.dumps({"path": "/" + relative}),
                 "-w", "%{size_download} %{time_starttransfer} %{time_total}\\n", *extra]
+        if self.tls:
+            argv += ["--cacert", str(self.tls["ca"])]
         if byte_range:
             argv += ["-H", f"Range: bytes={byte_range}"]
         return argv + [self.emulator.url + "/2/files/download"]
@@ -781,6 +830,18 @@ WORKLOADS = [
     {"name": "par-read-4-link-1g", "kind": READ, "metric": "throughput", "run": w_par_read, "baseline": b_par_read,
      "bandwidth": LINK_1G, "what": "4 parallel dd bs=1M of 4 different large files, the emulator capped at 1 GB/s in all",
      "baseline_what": "4 parallel curls of the same files through the same cap"},
+    # Dropbox's real conditions: every byte over TLS (the emulator's own CA, trusted by the mount
+    # through --ca-bundle and by curl through --cacert), every request a round trip of 50 or
+    # 100 ms. These rows keep their latency whatever --latency-ms says.
+    {"name": "seq-read-tls-50ms", "kind": READ, "metric": "throughput", "run": w_seq_read, "baseline": b_seq_read,
+     "tls": True, "latency_ms": 50, "what": "dd bs=1M of one large file over TLS, 50 ms per request",
+     "baseline_what": "curl of the same file over TLS from the same emulator"},
+    {"name": "seq-read-tls-100ms", "kind": READ, "metric": "throughput", "run": w_seq_read, "baseline": b_seq_read,
+     "tls": True, "latency_ms": 100, "what": "dd bs=1M of one large file over TLS, 100 ms per request",
+     "baseline_what": "curl of the same file over TLS from the same emulator"},
+    {"name": "par-read-4-tls-50ms", "kind": READ, "metric": "throughput", "run": w_par_read, "baseline": b_par_read,
+     "tls": True, "latency_ms": 50, "what": "4 parallel dd bs=1M of 4 different large files over TLS, 50 ms per request",
+     "baseline_what": "4 parallel curls of the same files over TLS"},
     {"name": "fio-rand-4k", "kind": READ, "metric": "iops", "run": w_fio("4k"), "baseline": "local", "block": 4096,
      "what": "fio randread 4 KiB, time-bounded, on one large file", "baseline_what": "the same fio on the local file"},
     {"name": "fio-rand-128k", "kind": READ, "metric": "iops", "run": w_fio("128k"), "baseline": "local", "block": 131072,
@@ -842,6 +903,16 @@ def summarize(samples, metric):
     return out
 
 
+def cpu_per_gib(samples):
+    """Median CPU-seconds per GiB returned, by process (reader, emulator, mount), for rows that
+    read bytes; None for the others."""
+    usable = [s for s in samples if s.get("bytes") and s.get("cpu_seconds")]
+    if not usable:
+        return None
+    keys = sorted({k for s in usable for k in s["cpu_seconds"]})
+    return {k: round(median([s["cpu_seconds"].get(k, 0) / (s["bytes"] / GiB) for s in usable]), 3) for k in keys}
+
+
 def ratio(mount, baseline, metric):
     """Time ratio, mount / baseline: 1.0 is as fast as the baseline, 3.0 three times slower."""
     if not mount or not baseline:
@@ -862,9 +933,49 @@ class Runner:
         self.emulator, self.workdir, self.logdir = emulator, workdir, logdir
         self.ctx = Context(args, spec, root, emulator, args.step_timeout)
         self.mount_count = 0
+        self.tls = None     # (emulator, context) of the TLS rows, started by the first of them
 
-    def latency_for(self, kind):
-        return self.args.metadata_latency_ms if kind == METADATA else self.args.read_latency_ms
+    def latency_for(self, workload_or_kind):
+        """A row's own latency (the TLS rows model a real link at 50 or 100 ms, whatever
+        --latency-ms says), else the runner's latency for its kind."""
+        if isinstance(workload_or_kind, dict):
+            if "latency_ms" in workload_or_kind:
+                return workload_or_kind["latency_ms"]
+            workload_or_kind = workload_or_kind["kind"]
+        return self.args.metadata_latency_ms if workload_or_kind == METADATA else self.args.read_latency_ms
+
+    def tls_emulator(self):
+        """A second emulator over the same fixtures, serving HTTPS with a throw-away CA."""
+        if self.tls is None or not self.tls[0].alive():
+            if self.tls is not None:
+                self.tls[0].stop()
+            certificates = make_tls(self.workdir / "tls")
+            emulator = Emulator(self.bins / "dbx-emulator", self.root, self.args.read_latency_ms, None, self.logdir,
+                                name="emulator-tls", tls=certificates)
+            emulator.warm_up(self.root, fixture_layout(self.spec))
+            self.tls = (emulator, Context(self.args, self.spec, self.root, emulator, self.args.step_timeout))
+        return self.tls
+
+    def close(self):
+        if self.tls is not None:
+            self.tls[0].stop()
+        if self.emulator:
+            self.emulator.stop()
+
+    @staticmethod
+    def cpu_now(emulator, mount):
+        return (children_cpu_seconds(), cpu_seconds(emulator.process.pid),
+                cpu_seconds(mount.process.pid) if mount is not None else 0.0)
+
+    @staticmethod
+    def cpu_since(before, emulator, mount):
+        """CPU-seconds of the reader (dd, find, curl: the children reaped meanwhile), the
+        emulator and the mount over one measured run, from /proc and getrusage."""
+        after = Runner.cpu_now(emulator, mount)
+        cpu = {"reader": after[0] - before[0], "emulator": after[1] - before[1]}
+        if mount is not None:
+            cpu["mount"] = after[2] - before[2]
+        return {k: round(v, 3) for k, v in cpu.items()}
 
     def measured(self, fn, mount=None, emulator=None):
         """One measured run: emulator counters reset before and read after."""
@@ -872,7 +983,9 @@ class Runner:
         if mount is not None:
             mount.reset_peak_rss()
         emulator.reset_stats()
+        before = self.cpu_now(emulator, mount)
         sample = fn()
+        sample["cpu_seconds"] = self.cpu_since(before, emulator, mount)
         stats = emulator.stats()
         sample["api_calls"] = api_calls(stats)
         sample["bytes_downloaded"] = stats.get("download_bytes", 0)
@@ -885,8 +998,12 @@ class Runner:
         if workload.get("fixture") == "million":
             return self.run_list_million(workload)
         name, metric = workload["name"], workload["metric"]
-        self.emulator.set_latency(self.latency_for(workload["kind"]))
-        self.emulator.set_bandwidth(workload.get("bandwidth", self.args.bandwidth))
+        emulator, ctx, mount_args = self.emulator, self.ctx, list(self.args.mount_arg)
+        if workload.get("tls"):
+            emulator, ctx = self.tls_emulator()
+            mount_args += ["--ca-bundle", str(emulator.tls["ca"])]
+        emulator.set_latency(self.latency_for(workload))
+        emulator.set_bandwidth(workload.get("bandwidth", self.args.bandwidth))
         # Read workloads time the read engine: they start once the mount has listed the account
         # (the metadata workloads time that listing), unless the workload is about a fresh mount.
         settle = workload["kind"] == READ and workload.get("settle", True)
@@ -894,38 +1011,41 @@ class Runner:
         for repeat in range(self.args.repeats):
             # The baseline first, interleaved with the mount's runs so that noise hits both.
             if workload["baseline"] == "local":
-                baseline.append(self.measured(lambda: workload["run"](self.ctx, self.root)))
+                baseline.append(self.measured(lambda: workload["run"](ctx, self.root), emulator=emulator))
             else:
-                baseline.append(self.measured(lambda: workload["baseline"](self.ctx)))
+                baseline.append(self.measured(lambda: workload["baseline"](ctx), emulator=emulator))
             cache_home = self.workdir / f"cache-{self.mount_count + 1}"
             if workload.get("prime"):
                 self.prime(cache_home, name)
             self.mount_count += 1
             mountpoint = self.workdir / f"mnt-{self.mount_count}"
-            self.emulator.reset_stats()      # the cold run's counts include mounting
-            mount = Mount(self.bins / "dbx-mount", self.emulator, mountpoint, self.args.mount_arg,
+            emulator.reset_stats()      # the cold run's counts include mounting
+            mount = Mount(self.bins / "dbx-mount", emulator, mountpoint, mount_args,
                           self.logdir / f"mount-{name}.log", cache_home)
             try:
                 if settle:
-                    self.emulator.wait_for_longpoll(self.args.step_timeout)
-                    self.emulator.reset_stats()
+                    emulator.wait_for_longpoll(self.args.step_timeout)
+                    emulator.reset_stats()
                 t0 = time.monotonic()
-                sample = workload["run"](self.ctx, mountpoint)
-                stats = self.emulator.stats()
+                before = self.cpu_now(emulator, mount)
+                sample = workload["run"](ctx, mountpoint)
+                sample["cpu_seconds"] = self.cpu_since(before, emulator, mount)
+                stats = emulator.stats()
                 sample["api_calls"] = api_calls(stats)
                 sample["bytes_downloaded"] = stats.get("download_bytes", 0)
                 sample["connections"] = stats.get("connections", 0)
                 sample["peak_rss_bytes"] = mount.peak_rss()
                 cold.append(sample)
-                warm.append(self.measured(lambda: workload["run"](self.ctx, mountpoint), mount))
+                warm.append(self.measured(lambda: workload["run"](ctx, mountpoint), mount, emulator))
                 log(f"  {name} #{repeat + 1}: baseline {self.describe(baseline[-1], metric)}, "
                     f"cold {self.describe(cold[-1], metric)}, warm {self.describe(warm[-1], metric)}"
                     f" ({time.monotonic() - t0:.1f} s)")
             finally:
                 mount.close()
         result = self.result(workload, baseline, cold, warm, settle)
+        result["scheme"] = emulator.url.split(":", 1)[0]     # https for the TLS rows, as measured
         if "block" in workload:
-            result["remote_reference"] = remote_reference(self.ctx, workload["block"], self.args.fio_runtime)
+            result["remote_reference"] = remote_reference(ctx, workload["block"], self.args.fio_runtime)
         return result
 
     def result(self, workload, baseline, cold, warm, settle):
@@ -940,7 +1060,8 @@ class Runner:
         result = {
             "name": name, "kind": workload["kind"], "metric": metric,
             "what": workload["what"], "baseline_what": workload["baseline_what"],
-            "latency_ms": self.latency_for(workload["kind"]),
+            "latency_ms": self.latency_for(workload),
+            "tls": bool(workload.get("tls")),
             "bandwidth": workload.get("bandwidth", self.args.bandwidth),
             "settled": settle,
             "output_matches_baseline": correct,
@@ -948,6 +1069,10 @@ class Runner:
             "cold": summarize(cold, metric),
             "warm": summarize(warm, metric),
         }
+        for group, samples in (("baseline", baseline), ("cold", cold), ("warm", warm)):
+            per_gib = cpu_per_gib(samples)
+            if per_gib and result[group]:
+                result[group]["cpu_s_per_gib"] = per_gib
         result["cold"]["ratio"] = ratio(result["cold"], result["baseline"], metric)
         result["warm"]["ratio"] = ratio(result["warm"], result["baseline"], metric)
         if not correct:
@@ -1119,6 +1244,18 @@ def fmt_ratio(r):
     return f"{r:.2f}×" if r < 10 else f"{r:,.0f}×"
 
 
+def fmt_cpu(summary, baseline):
+    """CPU-seconds per GiB read: the mount's, the reader's and the emulator's, then the
+    baseline's reader (curl) and emulator; blank for rows that read no bytes."""
+    cpu, base = summary.get("cpu_s_per_gib"), (baseline or {}).get("cpu_s_per_gib")
+    if not cpu:
+        return ""
+    text = f"{cpu.get('mount', 0):.2f}, {cpu.get('reader', 0):.2f}, {cpu.get('emulator', 0):.2f}"
+    if base:
+        text += f" ({base.get('reader', 0):.2f}, {base.get('emulator', 0):.2f})"
+    return text
+
+
 def fmt_calls(summary):
     calls = {route: n for route, n in (summary.get("api_calls") or {}).items() if n}
     if not calls:
@@ -1163,12 +1300,12 @@ def results_markdown(results):
         "Read workloads other than ttfb-fresh-mount start once the fresh mount has listed the account "
         "(its change feed reached longpoll), so they time the read engine, and their API calls exclude that listing.",
         "",
-        "| workload | run | median | baseline | ratio | API calls | bytes downloaded | peak RSS |",
-        "|---|---|---|---|---|---|---|---|",
+        "| workload | run | median | baseline | ratio | API calls | bytes downloaded | peak RSS | CPU s/GiB: mount, reader, emulator (baseline: reader, emulator) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for w in results["workloads"]:
         if "error" in w:
-            lines.append(f"| {w['name']} | – | failed: {w['error']} | | | | | |")
+            lines.append(f"| {w['name']} | – | failed: {w['error']} | | | | | | |")
             continue
         base = fmt_figure(w["baseline"], w["metric"])
         for run in ("cold", "warm"):
@@ -1179,11 +1316,12 @@ def results_markdown(results):
             flag = "" if w["output_matches_baseline"] else " **output differs!**"
             lines.append(f"| {w['name']} | {run} | {fmt_figure(s, w['metric'])}{flag} | {base} | "
                          f"{fmt_ratio(s.get('ratio'))} | {fmt_calls(s)} | {downloaded} | "
-                         f"{fmt_bytes(s.get('peak_rss_bytes'))} |")
+                         f"{fmt_bytes(s.get('peak_rss_bytes'))} | {fmt_cpu(s, w['baseline'])} |")
     lines += ["", "Workloads:", ""]
     for w in results["workloads"]:
         if "error" not in w:
             link = f", {w['bandwidth'] / 1e9:g} GB/s cap" if w.get("bandwidth") else ""
+            link += ", TLS" if w.get("tls") else ""
             lines.append(f"- `{w['name']}` ({w['latency_ms']} ms latency{link}): {w['what']}; baseline: {w['baseline_what']}.")
             if w.get("emulator"):
                 e = w["emulator"]
@@ -1385,7 +1523,8 @@ def main(argv=None):
                 runner.emulator = runner.ctx.emulator = Emulator(bins / "dbx-emulator", root, args.metadata_latency_ms,
                                                                  args.bandwidth, logdir)
                 runner.emulator.warm_up(root, fixture_layout(spec))
-            log(f"{workload['name']}: {workload['what']} (latency {runner.latency_for(workload['kind'])} ms)")
+            log(f"{workload['name']}: {workload['what']} (latency {runner.latency_for(workload)} ms"
+                f"{', TLS' if workload.get('tls') else ''})")
             try:
                 results["workloads"].append(runner.run_workload(workload))
             except BenchError as error:
@@ -1396,8 +1535,7 @@ def main(argv=None):
                 results["workloads"].append({"name": workload["name"], "kind": workload["kind"],
                                              "metric": workload["metric"], "error": str(error)})
             write_outputs(args.out, results)     # partial results survive a later failure
-        if runner.emulator:
-            runner.emulator.stop()
+        runner.close()
         results["elapsed_s"] = round(time.monotonic() - started, 1)
         write_outputs(args.out, results)
         sys.stdout.write(results_markdown(results))

@@ -86,19 +86,26 @@ def test_results_json_has_every_workload_with_positive_figures(quick_run):
         for run in ("cold", "warm"):
             assert positive(w[run]["ratio"]), (w["name"], run)
             assert positive(w[run]["peak_rss_bytes"]), (w["name"], run)
+        if w["kind"] == "read" and w["metric"] == "throughput":
+            # CPU per GiB, of the mount and the reader, and of curl for the baseline (/proc, rusage).
+            for run in ("cold", "warm"):
+                assert positive(w[run]["cpu_s_per_gib"]["mount"]) or run == "warm", (w["name"], run, w[run]["cpu_s_per_gib"])
+            assert positive(w["baseline"]["cpu_s_per_gib"]["reader"]), (w["name"], w["baseline"])
+        if w["name"].startswith(("seq-read-tls", "par-read-4-tls")):
+            assert w["tls"] is True and w["scheme"] == "https" and w["latency_ms"] in (50, 100), w["name"]
 
 
 def test_results_md_has_the_table(quick_run):
     out, result = quick_run
     text = (out / "results.md").read_text()
     assert "Machine:" in text and "Date:" in text
-    assert "| workload | run | median | baseline | ratio | API calls | bytes downloaded | peak RSS |" in text
+    assert "| workload | run | median | baseline | ratio | API calls | bytes downloaded | peak RSS | CPU s/GiB" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")]
     for name in bench.WORKLOAD_NAMES:
         for run in ("cold", "warm"):
             assert any(row.startswith(f"| {name} | {run} |") for row in rows), (name, run)
     for row in rows:
-        assert row.count("|") == 9, row
+        assert row.count("|") == 10, row
     assert "| workload |" in result.stdout     # the table is also printed
 
 
