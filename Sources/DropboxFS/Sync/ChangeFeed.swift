@@ -64,7 +64,7 @@ extension DropboxFilesystem {
                 }
                 failures = 0
                 if now() - lastSaved > 30 {
-                    let saved = persist()
+                    let saved = BackgroundPriority.lowered { persist() }
                     lastSaved = now()
                     if saved { bulkWorkDone() }
                 }
