@@ -1,0 +1,309 @@
+"""Measuring: repeats of baseline, cold and warm runs, the counters around each, and the medians
+and ratios that go into results.json."""
+import statistics
+import time
+
+from .common import GiB, METADATA, READ, log
+from .processes import children_cpu_seconds, cpu_seconds, run_tool
+from .fixtures import MILLION, fixture_layout, generate_million, million_shape
+from .emulator import Emulator, make_tls
+from .mounts import Mount
+from .baselines import remote_reference
+from .workloads import Context, w_find_all, w_find_deep
+from .formatting import fmt_bytes
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def api_calls(stats):
+    return {route: n for route, n in sorted(stats.get("requests", {}).items()) if n}
+
+
+def summarize(samples, metric):
+    """Median figures over repeats; API calls and bytes are medians per route."""
+    if not samples:
+        return None
+    out = {"runs": samples, "median_seconds": median([s["seconds"] for s in samples])}
+    if metric == "throughput" or any("bytes" in s for s in samples):
+        out["median_bytes_returned"] = median([s.get("bytes") for s in samples])
+    if metric == "throughput":
+        out["median_mb_per_s"] = median([s["bytes"] / s["seconds"] / 1e6 for s in samples])
+    if metric == "iops":
+        out["median_iops"] = median([s["iops"] for s in samples])
+        out["median_mb_per_s"] = median([s["bytes"] / s["seconds"] / 1e6 for s in samples])
+    if any("api_calls" in s for s in samples):
+        routes = sorted({r for s in samples for r in s.get("api_calls", {})})
+        out["api_calls"] = {r: median([s.get("api_calls", {}).get(r, 0) for s in samples]) for r in routes}
+        out["api_calls_total"] = median([sum(s.get("api_calls", {}).values()) for s in samples])
+        out["bytes_downloaded"] = median([s.get("bytes_downloaded") for s in samples])
+        out["connections"] = median([s.get("connections") for s in samples])
+        if metric in ("throughput", "iops") or any("bytes" in s for s in samples):
+            amps = [s["bytes_downloaded"] / s["bytes"] for s in samples if s.get("bytes")]
+            out["read_amplification"] = median(amps)
+    if any(s.get("peak_rss_bytes") for s in samples):
+        out["peak_rss_bytes"] = max(s["peak_rss_bytes"] for s in samples if s.get("peak_rss_bytes"))
+    return out
+
+
+def cpu_per_gib(samples):
+    """Median CPU-seconds per GiB returned, by process (reader, emulator, mount), for rows that
+    read bytes; None for the others."""
+    usable = [s for s in samples if s.get("bytes") and s.get("cpu_seconds")]
+    if not usable:
+        return None
+    keys = sorted({k for s in usable for k in s["cpu_seconds"]})
+    return {k: round(median([s["cpu_seconds"].get(k, 0) / (s["bytes"] / GiB) for s in usable]), 3) for k in keys}
+
+
+def ratio(mount, baseline, metric):
+    """Time ratio, mount / baseline: 1.0 is as fast as the baseline, 3.0 three times slower."""
+    if not mount or not baseline:
+        return None
+    if metric == "throughput":
+        m, b = mount.get("median_mb_per_s"), baseline.get("median_mb_per_s")
+        return b / m if m and b else None
+    if metric == "iops":
+        m, b = mount.get("median_iops"), baseline.get("median_iops")
+        return b / m if m and b else None
+    m, b = mount.get("median_seconds"), baseline.get("median_seconds")
+    return m / b if m and b else None
+
+
+class Runner:
+    def __init__(self, args, bins, root, spec, emulator, workdir, logdir):
+        self.args, self.bins, self.root, self.spec = args, bins, root, spec
+        self.emulator, self.workdir, self.logdir = emulator, workdir, logdir
+        self.ctx = Context(args, spec, root, emulator, args.step_timeout)
+        self.mount_count = 0
+        self.tls = None     # (emulator, context) of the TLS rows, started by the first of them
+
+    def latency_for(self, workload_or_kind):
+        """A row's own latency (the TLS rows model a real link at 50 or 100 ms, whatever
+        --latency-ms says), else the runner's latency for its kind."""
+        if isinstance(workload_or_kind, dict):
+            if "latency_ms" in workload_or_kind:
+                return workload_or_kind["latency_ms"]
+            workload_or_kind = workload_or_kind["kind"]
+        return self.args.metadata_latency_ms if workload_or_kind == METADATA else self.args.read_latency_ms
+
+    def tls_emulator(self):
+        """A second emulator over the same fixtures, serving HTTPS with a throw-away CA."""
+        if self.tls is None or not self.tls[0].alive():
+            if self.tls is not None:
+                self.tls[0].stop()
+            certificates = make_tls(self.workdir / "tls")
+            emulator = Emulator(self.bins / "dbx-emulator", self.root, self.args.read_latency_ms, None, self.logdir,
+                                name="emulator-tls", tls=certificates)
+            emulator.warm_up(self.root, fixture_layout(self.spec))
+            self.tls = (emulator, Context(self.args, self.spec, self.root, emulator, self.args.step_timeout))
+        return self.tls
+
+    def close(self):
+        if self.tls is not None:
+            self.tls[0].stop()
+        if self.emulator:
+            self.emulator.stop()
+
+    @staticmethod
+    def cpu_now(emulator, mount):
+        return (children_cpu_seconds(), cpu_seconds(emulator.process.pid),
+                cpu_seconds(mount.process.pid) if mount is not None else 0.0)
+
+    @staticmethod
+    def cpu_since(before, emulator, mount):
+        """CPU-seconds of the reader (dd, find, curl: the children reaped meanwhile), the
+        emulator and the mount over one measured run, from /proc and getrusage."""
+        after = Runner.cpu_now(emulator, mount)
+        cpu = {"reader": after[0] - before[0], "emulator": after[1] - before[1]}
+        if mount is not None:
+            cpu["mount"] = after[2] - before[2]
+        return {k: round(v, 3) for k, v in cpu.items()}
+
+    def measured(self, fn, mount=None, emulator=None):
+        """One measured run: emulator counters reset before and read after."""
+        emulator = emulator or self.emulator
+        if mount is not None:
+            mount.reset_peak_rss()
+        emulator.reset_stats()
+        before = self.cpu_now(emulator, mount)
+        sample = fn()
+        sample["cpu_seconds"] = self.cpu_since(before, emulator, mount)
+        stats = emulator.stats()
+        sample["api_calls"] = api_calls(stats)
+        sample["bytes_downloaded"] = stats.get("download_bytes", 0)
+        sample["connections"] = stats.get("connections", 0)
+        if mount is not None:
+            sample["peak_rss_bytes"] = mount.peak_rss()
+        return sample
+
+    def run_workload(self, workload):
+        if workload.get("fixture") == "million":
+            return self.run_list_million(workload)
+        name, metric = workload["name"], workload["metric"]
+        emulator, ctx, mount_args = self.emulator, self.ctx, list(self.args.mount_arg)
+        if workload.get("tls"):
+            emulator, ctx = self.tls_emulator()
+            mount_args += ["--ca-bundle", str(emulator.tls["ca"])]
+        emulator.set_latency(self.latency_for(workload))
+        emulator.set_bandwidth(workload.get("bandwidth", self.args.bandwidth))
+        # Read workloads time the read engine: they start once the mount has listed the account
+        # (the metadata workloads time that listing), unless the workload is about a fresh mount.
+        settle = workload["kind"] == READ and workload.get("settle", True)
+        cold, warm, baseline = [], [], []
+        for repeat in range(self.args.repeats):
+            # The baseline first, interleaved with the mount's runs so that noise hits both.
+            if workload["baseline"] == "local":
+                baseline.append(self.measured(lambda: workload["run"](ctx, self.root), emulator=emulator))
+            else:
+                baseline.append(self.measured(lambda: workload["baseline"](ctx), emulator=emulator))
+            cache_home = self.workdir / f"cache-{self.mount_count + 1}"
+            if workload.get("prime"):
+                self.prime(cache_home, name)
+            self.mount_count += 1
+            mountpoint = self.workdir / f"mnt-{self.mount_count}"
+            emulator.reset_stats()      # the cold run's counts include mounting
+            mount = Mount(self.bins / "dbx-mount", emulator, mountpoint, mount_args,
+                          self.logdir / f"mount-{name}.log", cache_home)
+            try:
+                if settle:
+                    emulator.wait_for_longpoll(self.args.step_timeout)
+                    emulator.reset_stats()
+                t0 = time.monotonic()
+                before = self.cpu_now(emulator, mount)
+                sample = workload["run"](ctx, mountpoint)
+                sample["cpu_seconds"] = self.cpu_since(before, emulator, mount)
+                stats = emulator.stats()
+                sample["api_calls"] = api_calls(stats)
+                sample["bytes_downloaded"] = stats.get("download_bytes", 0)
+                sample["connections"] = stats.get("connections", 0)
+                sample["peak_rss_bytes"] = mount.peak_rss()
+                cold.append(sample)
+                warm.append(self.measured(lambda: workload["run"](ctx, mountpoint), mount, emulator))
+                log(f"  {name} #{repeat + 1}: baseline {self.describe(baseline[-1], metric)}, "
+                    f"cold {self.describe(cold[-1], metric)}, warm {self.describe(warm[-1], metric)}"
+                    f" ({time.monotonic() - t0:.1f} s)")
+            finally:
+                mount.close()
+        result = self.result(workload, baseline, cold, warm, settle)
+        result["scheme"] = emulator.url.split(":", 1)[0]     # https for the TLS rows, as measured
+        if "block" in workload:
+            result["remote_reference"] = remote_reference(ctx, workload["block"], self.args.fio_runtime)
+        return result
+
+    def result(self, workload, baseline, cold, warm, settle):
+        """A workload's entry in results.json: medians, ratios, and whether the outputs agree."""
+        name, metric = workload["name"], workload["metric"]
+        checks = {"baseline": baseline[0].get("check"),
+                  "cold": [s.get("check") for s in cold], "warm": [s.get("check") for s in warm]}
+        correct = all(c == checks["baseline"] for c in checks["cold"] + checks["warm"])
+        for group in (cold, warm, baseline):
+            for s in group:
+                s.pop("check", None)
+        result = {
+            "name": name, "kind": workload["kind"], "metric": metric,
+            "what": workload["what"], "baseline_what": workload["baseline_what"],
+            "latency_ms": self.latency_for(workload),
+            "tls": bool(workload.get("tls")),
+            "bandwidth": workload.get("bandwidth", self.args.bandwidth),
+            "settled": settle,
+            "output_matches_baseline": correct,
+            "baseline": summarize(baseline, metric),
+            "cold": summarize(cold, metric),
+            "warm": summarize(warm, metric),
+        }
+        for group, samples in (("baseline", baseline), ("cold", cold), ("warm", warm)):
+            per_gib = cpu_per_gib(samples)
+            if per_gib and result[group]:
+                result[group]["cpu_s_per_gib"] = per_gib
+        result["cold"]["ratio"] = ratio(result["cold"], result["baseline"], metric)
+        result["warm"]["ratio"] = ratio(result["warm"], result["baseline"], metric)
+        if not correct:
+            log(f"  WARNING: {name}: the mount's output differs from the baseline's ({checks})")
+        return result
+
+    def run_list_million(self, workload):
+        """list-million: its own emulator serves the million-entry tree; each repeat runs find over
+        that directory (baseline), times a fresh mount's cold full listing, then runs find over
+        the listed mount (warm). The emulator goes when the row is done: it holds the tree in
+        memory, and the other rows' emulator stays as it was."""
+        name = workload["name"]
+        root = generate_million(self.args.fixtures.resolve() / "million", MILLION)
+        # Indexing and hashing a million files took 141 s on the 2-core development machine
+        # (the README says where it goes): give it room on a busier one.
+        emulator = Emulator(self.bins / "dbx-emulator", root, self.latency_for(workload["kind"]), self.args.bandwidth,
+                            self.logdir, name=f"emulator-{name}", start_timeout=max(600, self.args.step_timeout))
+        log(f"  its emulator indexed {MILLION['entries']:,} entries in {emulator.start_seconds:.1f} s "
+            f"(peak RSS {fmt_bytes(emulator.rss_at_start)})")
+        ctx = Context(self.args, self.spec, root, emulator, self.args.step_timeout)
+        cold, warm, baseline = [], [], []
+        try:
+            run_tool(["find", str(root)], self.args.step_timeout)    # the baseline's dentries, cached for all
+            for repeat in range(self.args.repeats):
+                baseline.append(self.measured(lambda: w_find_all(ctx, root), emulator=emulator))
+                sample, mount = self.cold_listing(emulator, name)
+                try:
+                    warm.append(self.measured(lambda: w_find_all(ctx, mount.mountpoint), mount, emulator))
+                finally:
+                    mount.close()
+                sample["check"] = warm[-1]["check"]     # what the listing brought, as find sees it
+                cold.append(sample)
+                log(f"  {name} #{repeat + 1}: baseline {self.describe(baseline[-1], 'time')}, cold listing "
+                    f"{self.describe(sample, 'time')} (peak RSS {fmt_bytes(sample['peak_rss_bytes'])}), then find "
+                    f"{self.describe(warm[-1], 'time')}: {warm[-1]['check']:,} lines of {baseline[-1]['check']:,}")
+            served = {"start_seconds": round(emulator.start_seconds, 1), "rss_at_start_bytes": emulator.rss_at_start,
+                      "peak_rss_bytes": emulator.peak_rss()}
+        finally:
+            emulator.stop()
+        result = self.result(workload, baseline, cold, warm, settle=False)
+        folders, files, _, _ = million_shape(MILLION)
+        result["fixture"] = dict(MILLION, folders=folders, files=files)
+        result["emulator"] = served
+        return result
+
+    def cold_listing(self, emulator, name):
+        """Starts a fresh mount (empty cache) and waits for its first full listing. Returns the
+        sample (mount start to the feed's first longpoll, the calls meanwhile, VmHWM) and the
+        mount, still mounted, or raises with the mount gone."""
+        cache_home = self.workdir / f"cache-{self.mount_count + 1}"
+        self.mount_count += 1
+        mountpoint = self.workdir / f"mnt-{self.mount_count}"
+        emulator.reset_stats()
+        started = time.monotonic()
+        mount = Mount(self.bins / "dbx-mount", emulator, mountpoint, self.args.mount_arg,
+                      self.logdir / f"mount-{name}.log", cache_home)
+        try:
+            emulator.wait_for_longpoll(self.args.step_timeout)
+            seconds = time.monotonic() - started
+            stats = emulator.stats()
+            sample = {"seconds": seconds, "api_calls": api_calls(stats), "bytes_downloaded": stats.get("download_bytes", 0),
+                      "connections": stats.get("connections", 0), "peak_rss_bytes": mount.peak_rss()}
+        except BaseException:
+            mount.close()
+            raise
+        return sample, mount
+
+    def prime(self, cache_home, name):
+        """An earlier mount with the same cache directory: it lists everything (the change feed
+        reaches longpoll only once the whole tree is in), runs find, and is unmounted."""
+        self.mount_count += 1
+        mountpoint = self.workdir / f"mnt-{self.mount_count}"
+        self.emulator.reset_stats()
+        mount = Mount(self.bins / "dbx-mount", self.emulator, mountpoint, self.args.mount_arg,
+                      self.logdir / f"mount-{name}.log", cache_home)
+        try:
+            w_find_deep(self.ctx, mountpoint)
+            self.emulator.wait_for_longpoll(self.args.step_timeout)
+            time.sleep(1)
+        finally:
+            mount.close()
+
+    @staticmethod
+    def describe(sample, metric):
+        if metric == "throughput":
+            return f"{sample['bytes'] / sample['seconds'] / 1e6:.1f} MB/s"
+        if metric == "iops":
+            return f"{sample['iops']:.0f} IOPS"
+        return f"{sample['seconds']:.3f} s"
