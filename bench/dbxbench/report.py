@@ -101,7 +101,7 @@ def results_markdown(results):
             flag = "" if w["output_matches_baseline"] else " **output differs!**"
             lines.append(f"| {w['name']} | {run} | {fmt_figure(s, w['metric'])}{flag} | {base} | "
                          f"{fmt_ratio(s.get('ratio'))} | {fmt_calls(s)} | {downloaded} | "
-                         f"{fmt_bytes(s.get('peak_rss_bytes'))} | {fmt_cpu(s, w['baseline'])} |")
+                         f"{fmt_bytes(s.get('peak_rss_bytes'))} | {fmt_cpu(s, w['baseline']) if w['metric'] == 'throughput' else ''} |")
     lines += ["", "Workloads:", ""]
     for w in results["workloads"]:
         if "error" not in w:
