@@ -54,6 +54,8 @@ public final class DropboxFilesystem: Sendable {
     let reader: ReadEngine
     /// The threads the first full listing lists subtrees on (`Sync/ChangeFeed.swift`).
     let listers: WorkerPool
+    /// Whether Dropbox answers at all, as the change feed last found.
+    let reachability: Reachability
     /// Puts Dropbox's thumbnails of a folder's images in a thumbnail cache (`Thumbnails/`); nil
     /// unless the mount asked for thumbnails.
     let thumbnailer: Thumbnailer?
@@ -69,7 +71,10 @@ public final class DropboxFilesystem: Sendable {
         self.folderModified = folderModified
         self.state = Mutex(State())
         self.store = store
-        self.reader = ReadEngine(api: api, options: options.readAhead, logger: logger)
+        let reachability = Reachability(startsOffline: options.startsOffline)
+        self.reachability = reachability
+        self.reader = ReadEngine(api: api, options: options.readAhead, logger: logger,
+                                 linkDown: { reachability.isUnreachable })
         self.listers = WorkerPool(name: "dbx-list", limit: options.listingConcurrency)
         self.thumbnailer = thumbnails.map { Thumbnailer(api: api, store: $0, options: options.thumbnails, logger: logger) }
     }

@@ -19,6 +19,9 @@ public struct FilesystemOptions: Sendable {
     /// Listings the first full listing runs at once (subtrees of the mounted folder); 1 lists it
     /// as one recursive chain of pages.
     public var listingConcurrency = 8
+    /// Dropbox could not be reached when mounting and the tree comes from the persistent cache:
+    /// what needs Dropbox fails at once until the change feed reaches it (`Reachability`).
+    public var startsOffline = false
     /// How thumbnails are fetched, when the mount keeps them (`--thumbnails`).
     public var thumbnails = ThumbnailOptions()
 

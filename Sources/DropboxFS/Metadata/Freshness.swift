@@ -28,7 +28,7 @@ extension DropboxFilesystem {
 
     func ensureFreshListing(of folder: Slot) throws(FSError) {
         var decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
-        if case .waitForCatchUp = decision {
+        if case .waitForCatchUp = decision, !reachability.isUnreachable {
             // A tree loaded from the persistent cache is being brought up to date; its `continue`
             // chain is cheaper than listing this folder, so wait for it (but not forever).
             let deadline = Date().addingTimeInterval(10)
@@ -41,6 +41,12 @@ extension DropboxFilesystem {
             decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         }
         guard case .list(let path, let firstTime) = decision else { return }
+        if reachability.isUnreachable {
+            // Offline: a listed folder keeps its saved answer, and one never listed is an error
+            // now rather than after the retries of a call that cannot connect.
+            if firstTime { throw .upstream(Reachability.offline) }
+            return
+        }
         try folderListings.run(folder) { () throws(FSError) -> Void in
             // A caller that queued behind another's listing may find the folder already fresh.
             let again = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }

@@ -144,8 +144,12 @@ final class ReadEngine: Sendable {
 
     var directReadCounts: (reads: Int, bytes: UInt64) { directReads.withLock { $0 } }
 
-    init(api: any DropboxAPI, options: ReadAheadOptions, logger: Logger) {
+    /// True while Dropbox cannot be reached: what the block cache cannot serve fails at once.
+    let linkDown: @Sendable () -> Bool
+
+    init(api: any DropboxAPI, options: ReadAheadOptions, logger: Logger, linkDown: @escaping @Sendable () -> Bool = { false }) {
         self.api = api
+        self.linkDown = linkDown
         self.options = options
         self.logger = logger
         budget = ReadBudget(capacity: options.memoryBudget - Self.directReadReserve(of: options.memoryBudget))
@@ -346,6 +350,7 @@ final class ReadEngine: Sendable {
             if part.isCancelled { return }
             guard stream.isCurrent() else { return part.fail(.changedSinceOpen) }
             if let cache, cache.fill(part, file: file) { continue }
+            if linkDown() { return part.fail(.upstream(Reachability.offline)) }
             let end = cache?.nextCachedOffset(after: start, before: part.range.upperBound, file: file) ?? part.range.upperBound
             do throws(DropboxError) {
                 let sent = ContinuousClock.now

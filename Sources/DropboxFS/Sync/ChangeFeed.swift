@@ -63,6 +63,7 @@ extension DropboxFilesystem {
                     lastSaved = now() - 25
                 }
                 failures = 0
+                reachability.update(after: nil)
                 if now() - lastSaved > 30 {
                     let saved = BackgroundPriority.lowered { persist() }
                     lastSaved = now()
@@ -80,6 +81,7 @@ extension DropboxFilesystem {
                 // The Dropbox client has logged the failed call; that the feed is down is news once.
                 logger.log(level: failures == 1 ? .notice : .debug, "change feed is down; retrying with backoff",
                            metadata: ["error": "\(error)", "failures": "\(failures)"])
+                reachability.update(after: error)
                 setFeed(live: false)
                 state.withLock {
                     $0.feed.catchingUp = false
@@ -87,7 +89,9 @@ extension DropboxFilesystem {
                     $0.feed.lastError = "\(error)"
                 }
                 signalFeedChanged()
-                pause(seconds: min(60, Double(1 << min(failures, 6))))
+                // Unreachable costs nothing to ask again (the connection is refused at once), and
+                // the sooner the feed finds Dropbox back, the sooner the mount is online again.
+                pause(seconds: min(error.isUnreachable ? 4 : 60, Double(1 << min(failures, 6))))
             }
         }
     }

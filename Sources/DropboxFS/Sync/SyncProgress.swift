@@ -14,6 +14,9 @@ public struct SyncProgress: Sendable, Equatable {
     /// How long the feed has failed to reach Dropbox, and its last error; nil while it works.
     public var feedDownForSeconds: Double?
     public var feedError: String?
+    /// Dropbox cannot be reached at all (or could not when mounting): the mount serves the saved
+    /// tree and the block cache, and what needs Dropbox fails at once.
+    public var offline = false
 
     public struct FirstListing: Sendable, Equatable {
         public var done: Bool
@@ -49,7 +52,8 @@ extension DropboxFilesystem {
                                               seconds: (fill.endedAt ?? at) - fill.startedAt)
                 },
                 feedLive: feed.live, catchingUp: feed.catchingUp,
-                feedDownForSeconds: feed.downSince.map { at - $0 }, feedError: feed.lastError)
+                feedDownForSeconds: feed.downSince.map { at - $0 }, feedError: feed.lastError,
+                offline: reachability.isUnreachable)
         }
     }
 }
