@@ -7,6 +7,7 @@ started are ever signalled.
 import os
 import random
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -104,6 +105,39 @@ class Emulator:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PortEmulator(Emulator):
+    """An emulator on a chosen port, so a restart comes back where the mount looks for it."""
+
+    def __init__(self, root: Path, port: int):
+        self.root = root
+        self.process = subprocess.Popen([str(DBX_EMULATOR), "--root", str(root), "--port", str(port)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.process.stdout.readline().strip()
+        if "listening on " not in line:
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(f"emulator did not start: {line!r}")
+        self.url = line.split("listening on ", 1)[1]
+
+
+def start_on(root: Path, port: int) -> PortEmulator:
+    # The old listener's port may take a moment to be free again.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return PortEmulator(root, port)
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def is_mounted(path: Path) -> bool:

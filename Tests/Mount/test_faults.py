@@ -3,14 +3,13 @@ bodies short, stops and comes back. Bounds are generous on purpose: these run on
 machines, so they assert outcomes and "never hangs", not speed."""
 import os
 import random
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import DBX_EMULATOR, Emulator, Mount
+from conftest import Emulator, Mount, free_port, start_on
 
 MiB = 1 << 20
 
@@ -68,39 +67,6 @@ def test_diff_of_a_gib_tree_passes_with_failures_and_cut_bodies(gib_tree, tmp_pa
             m.unmount()
     finally:
         emulator.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PortEmulator(Emulator):
-    """An emulator on a chosen port, so a restart comes back where the mount looks for it."""
-
-    def __init__(self, root: Path, port: int):
-        self.root = root
-        self.process = subprocess.Popen([str(DBX_EMULATOR), "--root", str(root), "--port", str(port)],
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        line = self.process.stdout.readline().strip()
-        if "listening on " not in line:
-            self.process.kill()
-            self.process.wait()
-            raise RuntimeError(f"emulator did not start: {line!r}")
-        self.url = line.split("listening on ", 1)[1]
-
-
-def start_on(root: Path, port: int) -> PortEmulator:
-    # The old listener's port may take a moment to be free again.
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            return PortEmulator(root, port)
-        except RuntimeError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 // an account named on the command line (--account, -o account), DBX_ACCESS_TOKEN, and the config's
 // default account. A token never comes from argv: only its file's path or an account's name does.
 
+import Crypto
 import CurlTransport
 import DropboxClient
 import Foundation
@@ -13,6 +14,9 @@ struct Credentials {
     let remedy: String
     /// The account's name, when the token comes from the config.
     let accountName: String?
+    /// Names these credentials without holding them (a hash of a token), so that a mount can find
+    /// the account they reached last time when Dropbox cannot be asked (`KnownAccounts`).
+    var identity: String = ""
 
     /// Thrown when the config exists but cannot be used (exit 1); a missing token is a `UsageError`.
     static func resolve(tokenFile: String?, account: String?, configPath: String?, environment: [String: String],
@@ -25,11 +29,13 @@ struct Credentials {
             }
             let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
             guard !token.isEmpty else { throw .usage(UsageError("token file \(path) is empty")) }
-            return Credentials(tokens: StaticAccessToken(token), remedy: "check the token in \(path)", accountName: nil)
+            return Credentials(tokens: StaticAccessToken(token), remedy: "check the token in \(path)", accountName: nil,
+                               identity: "token:" + Self.digest(token))
         }
         let environmentToken = environment["DBX_ACCESS_TOKEN"]?.trimmingCharacters(in: .whitespacesAndNewlines)
         if account == nil, let token = environmentToken, !token.isEmpty {
-            return Credentials(tokens: StaticAccessToken(token), remedy: "check DBX_ACCESS_TOKEN", accountName: nil)
+            return Credentials(tokens: StaticAccessToken(token), remedy: "check DBX_ACCESS_TOKEN", accountName: nil,
+                               identity: "token:" + Self.digest(token))
         }
         let path = configPath ?? ConfigFile.defaultPath(environment: environment)
         let config: AccountConfig?
@@ -45,7 +51,13 @@ struct Credentials {
         let endpoint = OAuthTokenEndpoint(endpoints: endpoints, appKey: chosen.account.appKey, transport: transport)
         let provider = RefreshingAccessToken(refreshToken: chosen.account.refreshToken, endpoint: endpoint, logger: logger)
         return Credentials(tokens: provider, remedy: "sign in again with: dbx-mount auth --account \(chosen.name)",
-                           accountName: chosen.name)
+                           accountName: chosen.name,
+                           identity: "account:" + Self.digest(chosen.account.appKey + "\n" + chosen.account.refreshToken))
+    }
+
+    /// SHA-256, hex: a name for a secret that does not reveal it.
+    static func digest(_ secret: String) -> String {
+        SHA256.hash(data: Data(secret.utf8)).map { String(format: "%02x", $0) }.joined()
     }
 }
 

@@ -143,13 +143,23 @@ struct MountCommand: ParsableCommand {
                                                transport: transport, logger: logger)
         let client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
 
-        // Check the token and the folder before mounting, so a bad one fails here, loudly.
+        // Check the token and the folder before mounting, so a bad one fails here, loudly. If
+        // Dropbox cannot be reached at all but this account's saved tree is here, mount offline.
+        let cacheDirectory = cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory
+        let caching = !(noCache || options.settings["no_cache"] != nil)
+        let knownAccounts = KnownAccounts(cacheDirectory: cacheDirectory)
         let account: Account
+        var unreachable: DropboxError?
         do {
             account = try client.currentAccount()
+            if caching { knownAccounts.remember(account, for: credentials.identity) }
         } catch {
             if case .auth = error { fail("\(AuthCommand.explain(error)); \(credentials.remedy)", code: 1) }
-            fail("\(error) (\(endpoints.api))", code: 1)
+            guard caching, Self.isUnreachable(error), let known = knownAccounts.account(for: credentials.identity) else {
+                fail("\(error) (\(endpoints.api))", code: 1)
+            }
+            account = known
+            unreachable = error
         }
         // A team member's home is one namespace of the team's; the team space is the root namespace,
         // reached by naming it in Dropbox-API-Path-Root (docs/dropbox-api.md §6).
@@ -177,7 +187,7 @@ struct MountCommand: ParsableCommand {
         mountedPolicy.callDeadline = Double(deadlineSeconds)
         let mountedClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
                                               pathRoot: pathRoot, retryPolicy: mountedPolicy, failureLogLevel: .warning)
-        if !source.isEmpty {
+        if !source.isEmpty, unreachable == nil {
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
                                                    pathRoot: pathRoot)
             do {
@@ -214,10 +224,18 @@ struct MountCommand: ParsableCommand {
             filesystemOptions.listingConcurrency = Int(value)
         }
         // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
-        let store: DeferredStore? = noCache || options.settings["no_cache"] != nil ? nil : DeferredStore(
-            directory: cacheDir ?? options.settings["cache_dir"] ?? SQLiteMetadataStore.defaultDirectory,
+        let store: DeferredStore? = !caching ? nil : DeferredStore(
+            directory: cacheDirectory,
             key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
                 + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
+        if let unreachable {
+            guard let store, FileManager.default.fileExists(atPath: store.directory + "/" + SQLiteMetadataStore.fileName(key: store.key)) else {
+                fail("cannot reach Dropbox: \(unreachable) (\(endpoints.api)); no saved tree of \(source.isEmpty ? "the account" : source) to mount offline", code: 1)
+            }
+            filesystemOptions.startsOffline = true
+            logger.warning("Dropbox cannot be reached; mounted offline from the saved tree, following changes once it answers",
+                           metadata: ["error": "\(unreachable)"])
+        }
         // One mount per cache: a second mount of the same saved tree or block cache fails here.
         var locks: [Int32] = []
         do throws(CacheLock.Busy) {
@@ -307,6 +325,15 @@ struct MountCommand: ParsableCommand {
         }
         return FreedesktopThumbnailStore(directory: directory, mountPoint: absolute,
                                          owner: forAnotherUser && getuid() == 0 ? (uid, gid) : nil, logger: logger)
+    }
+
+    /// Dropbox could not be reached (a connection that failed, or a server that answered only
+    /// 5xx): a mount with a saved tree may start offline. A refused token never is.
+    static func isUnreachable(_ error: DropboxError) -> Bool {
+        switch error {
+        case .transport, .server: true
+        default: false
+        }
     }
 
     /// `[SOURCE] MOUNTPOINT`, with SOURCE normalised to Dropbox's form ("" or "/a/b").

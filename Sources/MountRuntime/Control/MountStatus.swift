@@ -34,7 +34,8 @@ public struct MountStatus: Codable, Sendable, Equatable {
     }
 
     public struct ChangeFeed: Codable, Sendable, Equatable {
-        /// "live", "catching up", "starting" (the first listing runs) or "down".
+        /// "live", "catching up", "starting" (the first listing runs), "offline" (Dropbox cannot be
+        /// reached: the saved tree and the block cache are served) or "down".
         public var state: String
         public var downSince: Date?
         public var error: String?
@@ -105,7 +106,9 @@ extension MountStatus {
     init(of mount: Mount, identity: MountIdentity, now: Date = Date()) {
         let usage = mount.filesystem.usage
         let sync = mount.filesystem.syncProgress
-        let feedState = if sync.feedLive {
+        let feedState = if sync.offline {
+            "offline"
+        } else if sync.feedLive {
             sync.catchingUp ? "catching up" : "live"
         } else if sync.feedDownForSeconds != nil {
             "down"

@@ -1,0 +1,107 @@
+"""issue 18, first half: mounting without Dropbox. With a saved tree, a mount whose first call
+cannot reach Dropbox mounts offline: listings from the saved tree, reads from the block cache,
+uncached reads fail with EIO at once, `status` says offline; once Dropbox answers again the
+mount catches up by itself. Without a saved tree it fails in one line."""
+import errno
+import json
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DBX_MOUNT, Mount, free_port, is_mounted, start_on
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "served"
+    (root / "Docs" / "Deep").mkdir(parents=True)
+    rng = random.Random(18)
+    (root / "Docs" / "read.bin").write_bytes(rng.randbytes(3 * MiB + 11))
+    (root / "Docs" / "unread.bin").write_bytes(rng.randbytes(2 * MiB))
+    (root / "Docs" / "note.txt").write_bytes(b"version 1\n")
+    (root / "Docs" / "Deep" / "leaf.txt").write_bytes(b"leaf\n")
+    return root
+
+
+def status(mountpoint):
+    result = subprocess.run([str(DBX_MOUNT), "status", "--json", str(mountpoint)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def listing(root: Path):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_mount_without_dropbox_serves_the_saved_tree_and_catches_up(tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    port = free_port()
+    blocks = tmp_path / "blocks"
+    args = ("--block-cache-dir", str(blocks), "--ttl", "1")
+    emulator = start_on(tree, port)
+    try:
+        first = Mount(emulator, tmp_path / "mnt", *args)
+        try:
+            assert listing(first.mountpoint) == listing(tree)
+            assert (first.mountpoint / "Docs" / "read.bin").read_bytes() == (tree / "Docs" / "read.bin").read_bytes()
+            assert (first.mountpoint / "Docs" / "note.txt").read_bytes() == b"version 1\n"
+        finally:
+            first.unmount()     # the tree is saved at unmount
+    finally:
+        emulator.stop()
+
+    started = time.monotonic()
+    offline = Mount(emulator, tmp_path / "mnt", *args)
+    emulator = None
+    try:
+        mounted_in = time.monotonic() - started
+        assert mounted_in < 20, f"mounting offline took {mounted_in:.1f} s"
+        mnt = offline.mountpoint
+        assert listing(mnt) == listing(tree), "the saved tree, folders never opened included"
+        assert (mnt / "Docs" / "read.bin").read_bytes() == (tree / "Docs" / "read.bin").read_bytes()
+        assert (mnt / "Docs" / "note.txt").read_bytes() == b"version 1\n"
+        started = time.monotonic()
+        with pytest.raises(OSError) as failure:
+            (mnt / "Docs" / "unread.bin").read_bytes()
+        assert failure.value.errno == errno.EIO
+        assert time.monotonic() - started < 2, "an uncached read fails at once, not after the retries"
+        report = status(mnt)
+        assert report["change_feed"]["state"] == "offline", report["change_feed"]
+
+        # Dropbox comes back, and a file changes there: the mount follows without a remount.
+        (tree / "Docs" / "note.txt").write_bytes(b"version 2, longer\n")
+        emulator = start_on(tree, port)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if (mnt / "Docs" / "note.txt").read_bytes() == b"version 2, longer\n":
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the new content never showed"
+            time.sleep(0.5)
+        assert status(mnt)["change_feed"]["state"] in ("live", "catching up")
+        assert (mnt / "Docs" / "unread.bin").read_bytes() == (tree / "Docs" / "unread.bin").read_bytes()
+    finally:
+        offline.unmount()
+        if emulator:
+            emulator.stop()
+
+
+def test_without_a_saved_tree_an_unreachable_dropbox_fails_in_one_line(tmp_path):
+    (tmp_path / "mnt").mkdir()
+    url = f"http://127.0.0.1:{free_port()}"     # nobody listens there
+    env = dict(os.environ, DBX_ACCESS_TOKEN="some-token", DBX_API_URL=url, DBX_CONTENT_URL=url, DBX_NOTIFY_URL=url,
+               XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_RUNTIME_DIR=str(tmp_path))
+    result = subprocess.run([str(DBX_MOUNT), "-f", str(tmp_path / "mnt")], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "curl error 7" in lines[0], result.stderr
+    assert not is_mounted(tmp_path / "mnt")
