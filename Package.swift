@@ -22,6 +22,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.30.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
     ],
     targets: [
         // C module: fuse3 and curl headers plus wrappers for what Swift cannot call (macros, variadics).
@@ -79,6 +81,8 @@ let package = Package(
             dependencies: [
                 "CShims", "FUSEAdapter", "DropboxFS", "DropboxClient",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         .executableTarget(
@@ -126,6 +130,6 @@ let package = Package(
         .testTarget(name: "MetadataCacheTests", dependencies: ["MetadataCache", "DropboxFS", "CSQLite", "TestSupport"]),
         .testTarget(name: "ThumbnailCacheTests", dependencies: ["ThumbnailCache", "DropboxFS", "TestSupport"]),
         .testTarget(name: "FUSEAdapterTests", dependencies: ["FUSEAdapter", "DropboxFS", "DropboxClient", "TestSupport"]),
-        .testTarget(name: "MountRuntimeTests", dependencies: ["MountRuntime", "DropboxFS", "TestSupport"]),
+        .testTarget(name: "MountRuntimeTests", dependencies: ["MountRuntime", "DropboxFS", "DropboxClient", "TestSupport"]),
     ]
 )

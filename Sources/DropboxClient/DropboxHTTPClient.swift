@@ -25,6 +25,8 @@ public final class DropboxHTTPClient: DropboxAPI {
     let failureLogLevel: Logger.Level
     /// Until when no request may be sent, after a 429's Retry-After (shared by all callers).
     let pausedUntil = Mutex<ContinuousClock.Instant?>(nil)
+    /// Told of every 429 answer, retried ones included (the mount's counters).
+    let onRateLimited: @Sendable () -> Void
 
     /// Largest RPC answer accepted: a 2000-entry list_folder page is about 1 MB.
     public static let maxRPCResponseBytes = 16 << 20
@@ -39,8 +41,10 @@ public final class DropboxHTTPClient: DropboxAPI {
     ///     (docs/dropbox-api.md §6); nil sends none. Invalid JSON makes every call fail with `.badInput`.
     public init(endpoints: DropboxEndpoints, tokens: any AccessTokenProvider, transport: any HTTPTransport,
                 pathRoot: String? = nil, retryPolicy: RetryPolicy = .standard, requestTimeout: Double = 60,
-                logger: Logger = Logger(label: "dbx-mount.dropbox"), failureLogLevel: Logger.Level = .debug) {
+                logger: Logger = Logger(label: "dbx-mount.dropbox"), failureLogLevel: Logger.Level = .debug,
+                onRateLimited: @escaping @Sendable () -> Void = {}) {
         self.endpoints = endpoints
+        self.onRateLimited = onRateLimited
         self.tokens = tokens
         self.transport = transport
         self.retryPolicy = retryPolicy

@@ -46,7 +46,7 @@ extension DropboxHTTPClient {
 
 extension MeteredDropboxAPI {
     public func export(path: String, format: String?) throws(DropboxError) -> ExportedFile {
-        let file = try meter.count { () throws(DropboxError) in try base.export(path: path, format: format) }
+        let file = try meter.count("files/export") { () throws(DropboxError) in try base.export(path: path, format: format) }
         meter.addDownloaded(file.bytes.count)
         return file
     }

@@ -56,6 +56,7 @@ extension DropboxHTTPClient {
             }
             if case .transport = error { transportFailures += 1 }
             if case .rateLimited(let retryAfter) = error {
+                onRateLimited()
                 let until = clock.now + .seconds(retryAfter)
                 pausedUntil.withLock { $0 = max($0 ?? until, until) }
             }

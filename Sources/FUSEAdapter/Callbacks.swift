@@ -31,19 +31,19 @@ public enum Callbacks {
         ops.listxattr = { Callbacks.listxattr($0, $1, $2) }
         ops.access = { Callbacks.access($0, $1, $2) }
         // Everything that would change the tree answers EROFS: the mount is read-only by design.
-        ops.setattr = { req, _, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.mknod = { req, _, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.mkdir = { req, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.unlink = { req, _, _ in Reply(req!).failure(.readOnly) }
-        ops.rmdir = { req, _, _ in Reply(req!).failure(.readOnly) }
-        ops.symlink = { req, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.rename = { req, _, _, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.link = { req, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.write = { req, _, _, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.create = { req, _, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.setxattr = { req, _, _, _, _, _ in Reply(req!).failure(.readOnly) }
-        ops.removexattr = { req, _, _ in Reply(req!).failure(.readOnly) }
-        ops.fallocate = { req, _, _, _, _, _ in Reply(req!).failure(.readOnly) }
+        ops.setattr = { req, _, _, _, _ in Reply(req!, "setattr").failure(.readOnly) }
+        ops.mknod = { req, _, _, _, _ in Reply(req!, "mknod").failure(.readOnly) }
+        ops.mkdir = { req, _, _, _ in Reply(req!, "mkdir").failure(.readOnly) }
+        ops.unlink = { req, _, _ in Reply(req!, "unlink").failure(.readOnly) }
+        ops.rmdir = { req, _, _ in Reply(req!, "rmdir").failure(.readOnly) }
+        ops.symlink = { req, _, _, _ in Reply(req!, "symlink").failure(.readOnly) }
+        ops.rename = { req, _, _, _, _, _ in Reply(req!, "rename").failure(.readOnly) }
+        ops.link = { req, _, _, _ in Reply(req!, "link").failure(.readOnly) }
+        ops.write = { req, _, _, _, _, _ in Reply(req!, "write").failure(.readOnly) }
+        ops.create = { req, _, _, _, _ in Reply(req!, "create").failure(.readOnly) }
+        ops.setxattr = { req, _, _, _, _, _ in Reply(req!, "setxattr").failure(.readOnly) }
+        ops.removexattr = { req, _, _ in Reply(req!, "removexattr").failure(.readOnly) }
+        ops.fallocate = { req, _, _, _, _, _ in Reply(req!, "fallocate").failure(.readOnly) }
         return ops
     }
 
@@ -69,7 +69,7 @@ public enum Callbacks {
     }
 
     private static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "lookup")
         let mount = context(req!)
         switch Result(catching: { () throws(FSError) in
             try mount.filesystem.lookup(parent: InodeNumber(parent), name: String(cString: name!))
@@ -82,7 +82,7 @@ public enum Callbacks {
 
     private static func forget(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ count: UInt64) {
         context(req!).filesystem.forget(InodeNumber(inode), count: count)
-        Reply(req!).none()
+        Reply(req!, "forget").none()
     }
 
     private static func forgetMulti(_ req: fuse_req_t?, _ count: Int, _ forgets: UnsafeMutablePointer<fuse_forget_data>?) {
@@ -90,11 +90,11 @@ public enum Callbacks {
         for item in UnsafeBufferPointer(start: forgets, count: count) {
             filesystem.forget(InodeNumber(item.ino), count: item.nlookup)
         }
-        Reply(req!).none()
+        Reply(req!, "forget_multi").none()
     }
 
     private static func getattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "getattr")
         let mount = context(req!)
         switch Result(catching: { () throws(FSError) in try mount.filesystem.attributes(of: InodeNumber(inode)) }) {
         case .success(let attributes): reply.attributes(attributes, timeout: mount.timeouts.attributes)
@@ -103,7 +103,7 @@ public enum Callbacks {
     }
 
     private static func open(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "open")
         let info = fi!
         if info.pointee.flags & O_ACCMODE != O_RDONLY || info.pointee.flags & O_TRUNC != 0 {
             return reply.failure(.readOnly)
@@ -123,7 +123,7 @@ public enum Callbacks {
 
     private static func read(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ size: Int, _ offset: off_t,
                              _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "read")
         let handle = FileHandleID(fi!.pointee.fh)
         switch Result(catching: { () throws(FSError) in
             try context(req!).filesystem.readBytes(handle, offset: UInt64(offset), size: size)
@@ -139,15 +139,15 @@ public enum Callbacks {
 
     private static func release(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         context(req!).filesystem.release(FileHandleID(fi!.pointee.fh))
-        Reply(req!).ok()
+        Reply(req!, "release").ok()
     }
 
     private static func flush(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        Reply(req!).ok()
+        Reply(req!, "flush").ok()
     }
 
     private static func opendir(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "opendir")
         switch Result(catching: { () throws(FSError) in try context(req!).filesystem.openDirectory(InodeNumber(inode)) }) {
         case .success(let handle):
             fi!.pointee.fh = handle.rawValue
@@ -175,7 +175,7 @@ public enum Callbacks {
     /// Packs as many entries from `offset` as fit in `size` bytes. With `plus`, each entry carries
     /// its attributes and counts as a lookup (except `.` and `..`, which the kernel does not count).
     private static func fillDirectory(_ req: fuse_req_t, size: Int, offset: off_t, handle: UInt64, plus: Bool) {
-        let reply = Reply(req)
+        let reply = Reply(req, plus ? "readdirplus" : "readdir")
         let mount = context(req)
         let timeouts = mount.timeouts
         // Entries are at least 24 bytes in the buffer, so this many always cover a full reply.
@@ -219,11 +219,11 @@ public enum Callbacks {
 
     private static func releasedir(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         context(req!).filesystem.releaseDirectory(FileHandleID(fi!.pointee.fh))
-        Reply(req!).ok()
+        Reply(req!, "releasedir").ok()
     }
 
     private static func statfs(_ req: fuse_req_t?, _ inode: fuse_ino_t) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "statfs")
         switch Result(catching: { () throws(FSError) in try context(req!).filesystem.statistics() }) {
         case .success(let stats): reply.statistics(stats)
         case .failure(let error): reply.failure(error)
@@ -231,7 +231,7 @@ public enum Callbacks {
     }
 
     private static func getxattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ size: Int) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "getxattr")
         let wanted = String(cString: name!)
         switch Result(catching: { () throws(FSError) in
             try context(req!).filesystem.extendedAttribute(wanted, of: InodeNumber(inode))
@@ -242,7 +242,7 @@ public enum Callbacks {
     }
 
     private static func listxattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ size: Int) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "listxattr")
         switch Result(catching: { () throws(FSError) in try context(req!).filesystem.extendedAttributes(of: InodeNumber(inode)) }) {
         case .success(let attributes):
             answer(reply, AttributeAnswer(attributes.flatMap { Array($0.name.utf8) + [0] }, bufferSize: size))
@@ -260,7 +260,7 @@ public enum Callbacks {
     }
 
     private static func access(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ mask: Int32) {
-        let reply = Reply(req!)
+        let reply = Reply(req!, "access")
         if mask & W_OK != 0 { return reply.failure(.readOnly) }
         reply.ok()
     }

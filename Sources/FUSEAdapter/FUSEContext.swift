@@ -10,6 +10,12 @@ public protocol MountHooks: Sendable {
     func fileOpened()
 }
 
+/// Sees every FUSE request once answered: the operation (libfuse's name for it), how long it took,
+/// and whether the answer was an error. The mount's metrics implement it.
+public protocol FUSEOperationObserver: Sendable {
+    func operationEnded(_ operation: StaticString, seconds: Double, failed: Bool)
+}
+
 /// Everything one mount's callbacks need, handed to libfuse as its userdata (never a global), so
 /// two mounts in one process share nothing by accident.
 public final class FUSEContext: Sendable {
@@ -17,11 +23,15 @@ public final class FUSEContext: Sendable {
     let hooks: any MountHooks
     /// Every file is opened with `direct_io` (`--direct-io`): reads bypass the page cache.
     let directIO: Bool
+    /// Times each answered request (`--metrics-addr`); nil times nothing.
+    let operationObserver: (any FUSEOperationObserver)?
 
-    public init(filesystem: DropboxFilesystem, hooks: any MountHooks, directIO: Bool = false) {
+    public init(filesystem: DropboxFilesystem, hooks: any MountHooks, directIO: Bool = false,
+                operationObserver: (any FUSEOperationObserver)? = nil) {
         self.filesystem = filesystem
         self.hooks = hooks
         self.directIO = directIO
+        self.operationObserver = operationObserver
     }
 
     /// How long the kernel may trust entries and attributes it is given now.

@@ -4,16 +4,48 @@ import DropboxFS
 /// The answer to one FUSE request. It is non-copyable and every answer consumes it, so no code path
 /// can reply twice; one dropped without an answer replies `EIO` from its deinit (fuser's rule), so
 /// no path can leave the kernel waiting either.
+///
+/// Each answer also ends the request's timing: with an observer (the mount's metrics), how long the
+/// operation took and whether it failed is reported once, as the answer goes out.
 struct Reply: ~Copyable {
     private let request: fuse_req_t
+    private let operation: StaticString
+    /// The mount's `FUSEContext`, as libfuse holds it (a raw pointer: `discard` needs trivially
+    /// destroyed fields), and when the request came (monotonic ns); nil and 0 when nobody times
+    /// requests.
+    private let context: UnsafeMutableRawPointer?
+    private let started: UInt64
 
-    init(_ request: fuse_req_t) { self.request = request }
+    init(_ request: fuse_req_t, _ operation: StaticString) {
+        self.request = request
+        self.operation = operation
+        let context = fuse_req_userdata(request)
+        let timed = context.map { Unmanaged<FUSEContext>.fromOpaque($0).takeUnretainedValue().operationObserver != nil } ?? false
+        self.context = timed ? context : nil
+        started = timed ? Self.monotonicNanoseconds() : 0
+    }
 
-    deinit { fuse_reply_err(request, EIO) }
+    deinit {
+        ended(failed: true)
+        fuse_reply_err(request, EIO)
+    }
+
+    private func ended(failed: Bool) {
+        guard let context,
+              let observer = Unmanaged<FUSEContext>.fromOpaque(context).takeUnretainedValue().operationObserver else { return }
+        observer.operationEnded(operation, seconds: Double(Self.monotonicNanoseconds() &- started) * 1e-9, failed: failed)
+    }
+
+    private static func monotonicNanoseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
+    }
 
     /// The corresponding C function is `fuse_reply_err`; 0 means success for requests with no data.
     /// Private: every other errno goes through `failure`, so the table in `Errno.swift` is the only one.
     private consuming func error(_ code: Int32) {
+        ended(failed: code != 0)
         fuse_reply_err(request, code)
         discard self
     }
@@ -26,6 +58,7 @@ struct Reply: ~Copyable {
     /// The corresponding C function is `fuse_reply_none` (forget has no reply).
     consuming func none() {
         fuse_reply_none(request)
+        ended(failed: false)
         discard self
     }
 
@@ -38,6 +71,7 @@ struct Reply: ~Copyable {
         entry.attr_timeout = timeouts.attributes
         entry.entry_timeout = timeouts.entry
         fuse_reply_entry(request, &entry)
+        ended(failed: false)
         discard self
     }
 
@@ -46,6 +80,7 @@ struct Reply: ~Copyable {
         var entry = fuse_entry_param()
         entry.entry_timeout = timeout
         fuse_reply_entry(request, &entry)
+        ended(failed: false)
         discard self
     }
 
@@ -53,18 +88,21 @@ struct Reply: ~Copyable {
     consuming func attributes(_ attributes: NodeAttributes, timeout: Double) {
         var attr = stat(attributes)
         fuse_reply_attr(request, &attr, timeout)
+        ended(failed: false)
         discard self
     }
 
     /// The corresponding C function is `fuse_reply_open`.
     consuming func open(_ info: UnsafeMutablePointer<fuse_file_info>) {
         fuse_reply_open(request, info)
+        ended(failed: false)
         discard self
     }
 
     /// The corresponding C function is `fuse_reply_buf`.
     consuming func bytes(_ buffer: UnsafeRawBufferPointer) {
         fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
+        ended(failed: false)
         discard self
     }
 
@@ -73,6 +111,7 @@ struct Reply: ~Copyable {
         array.withUnsafeBytes { buffer in
             _ = fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
         }
+        ended(failed: false)
         discard self
     }
 
@@ -86,12 +125,14 @@ struct Reply: ~Copyable {
             let vectors = slices.map { iovec(iov_base: UnsafeMutableRawPointer(mutating: $0.baseAddress), iov_len: $0.count) }
             _ = vectors.withUnsafeBufferPointer { fuse_reply_iov(request, $0.baseAddress, Int32($0.count)) }
         }
+        ended(failed: false)
         discard self
     }
 
     /// The corresponding C function is `fuse_reply_xattr` (the size a getxattr/listxattr needs).
     consuming func attributeSize(_ size: Int) {
         fuse_reply_xattr(request, size)
+        ended(failed: false)
         discard self
     }
 
@@ -107,6 +148,7 @@ struct Reply: ~Copyable {
         vfs.f_files = UInt(stats.nodeCount)
         vfs.f_namemax = UInt(FilesystemStatistics.maximumNameLength)
         fuse_reply_statfs(request, &vfs)
+        ended(failed: false)
         discard self
     }
 }

@@ -23,6 +23,11 @@ public final class Mount: MountHooks {
     let meter: APIMeter?
     /// The control socket (`dbx-mount status`), bound before daemonizing and served from `init`.
     private let control = Mutex<(server: ControlServer, identity: MountIdentity)?>(nil)
+    /// Prometheus metrics (`--metrics-addr`): what they count, and where they are served.
+    private let metrics = Mutex<(metrics: MountMetrics, server: MetricsServer)?>(nil)
+
+    /// Times FUSE requests for the metrics; nil without them.
+    var operationObserver: (any FUSEOperationObserver)? { metrics.withLock { $0?.metrics } }
 
     public init(filesystem: DropboxFilesystem, logger: Logger, followChanges: Bool = true, meter: APIMeter? = nil) {
         self.filesystem = filesystem
@@ -35,6 +40,10 @@ public final class Mount: MountHooks {
     public func mountInitialized() {
         if let (server, identity) = control.withLock({ $0 }) {
             server.start { [self] request in answer(request, identity: identity) }
+        }
+        if let (metrics, server) = metrics.withLock({ $0 }) {
+            server.start { [self] in metrics.exposition(of: self) }
+            logger.info("serving Prometheus metrics", metadata: ["address": "http://\(server.address)/metrics"])
         }
         if let invalidator = invalidator.withLock({ $0 }) {
             invalidator.start()
@@ -58,9 +67,16 @@ public final class Mount: MountHooks {
         control.withLock { $0 = (server, identity) }
     }
 
-    /// Stops answering on the control socket and removes it (at unmount).
+    /// Serves `metrics` at `server` once mounted (the server is bound already).
+    public func attachMetrics(_ metrics: MountMetrics, server: MetricsServer) {
+        self.metrics.withLock { $0 = (metrics, server) }
+    }
+
+    /// Stops answering on the control socket (and removes it) and on the metrics address: at
+    /// unmount, or when mounting failed.
     public func stopControl() {
         control.withLock { $0 }?.server.stop()
+        metrics.withLock { $0 }?.server.stop()
     }
 
     /// One control request (docs/CONTROL.md).
@@ -94,6 +110,7 @@ public final class Mount: MountHooks {
             metadata["api_calls"] = "\(meter.calls)"
             metadata["api_failures"] = "\(meter.failures)"
             metadata["bytes_downloaded"] = "\(meter.bytesDownloaded)"
+            metadata["api_rate_limited"] = "\(meter.rateLimited)"
         }
         logger.notice("stats", metadata: metadata)
     }

@@ -29,7 +29,8 @@ public final class MountSession {
         for argument in arguments { fuse_opt_add_arg(&args, argument) }
         defer { fuse_opt_free_args(&args) }
 
-        let retained = Unmanaged.passRetained(FUSEContext(filesystem: mount.filesystem, hooks: mount, directIO: directIO))
+        let retained = Unmanaged.passRetained(FUSEContext(filesystem: mount.filesystem, hooks: mount, directIO: directIO,
+                                                             operationObserver: mount.operationObserver))
         var ops = Callbacks.operations()
         guard let session = dbx_fuse_session_new(&args, &ops, retained.toOpaque()) else {
             retained.release()

@@ -17,7 +17,7 @@ struct MountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, direct_io, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, direct_io, metrics_addr=HOST:PORT, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -91,6 +91,7 @@ struct MountCommand: ParsableCommand {
     var thumbnailDir: String?
 
     @OptionGroup(title: "Reading") var readOptions: ReadOptions
+    @OptionGroup(title: "Metrics") var metricsOptions: MetricsOptions
 
     @OptionGroup(title: "Logging") var logOptions: LogOptions
 
@@ -185,8 +186,17 @@ struct MountCommand: ParsableCommand {
         }
         var mountedPolicy = RetryPolicy.standard
         mountedPolicy.callDeadline = Double(deadlineSeconds)
+        guard let resolved = realpath(mountpoint, nil) else {
+            fail("cannot resolve mount point \(mountpoint): \(String(cString: strerror(errno)))", code: 1)
+        }
+        let absoluteMountpoint = String(cString: resolved)
+        free(resolved)
+        let metricsAddress = metricsOptions.address(options)
+        let metrics = metricsAddress.map { _ in MountMetrics(mountpoint: absoluteMountpoint) }
+        let meter = APIMeter(observer: metrics)
         let mountedClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
-                                              pathRoot: pathRoot, retryPolicy: mountedPolicy, failureLogLevel: .warning)
+                                              pathRoot: pathRoot, retryPolicy: mountedPolicy, failureLogLevel: .warning,
+                                              onRateLimited: { meter.addRateLimited() })
         if !source.isEmpty, unreachable == nil {
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
                                                    pathRoot: pathRoot)
@@ -248,7 +258,6 @@ struct MountCommand: ParsableCommand {
         } catch {
             fail("the cache \(error); give this mount its own --cache-dir or --block-cache-dir, or --no-cache", code: 1)
         }
-        let meter = APIMeter()
         let thumbnailStore = thumbnails || options.settings["thumbnails"] != nil
             ? try thumbnailCache(mountpoint: mountpoint, uid: filesystemOptions.uid, gid: filesystemOptions.gid,
                                  options: options, environment: environment, logger: logger)
@@ -257,12 +266,15 @@ struct MountCommand: ParsableCommand {
                                    folderModified: Int64(time(nil)), logger: logger, store: store,
                                    thumbnails: thumbnailStore)
         let mount = Mount(filesystem: filesystem, logger: logger, meter: meter)
-        // The control socket for `dbx-mount status`, bound now so that a problem is one line here.
-        guard let resolved = realpath(mountpoint, nil) else {
-            fail("cannot resolve mount point \(mountpoint): \(String(cString: strerror(errno)))", code: 1)
+        // The control socket for `dbx-mount status` and the metrics address, bound now so that a
+        // problem is one line here.
+        if let metrics, let metricsAddress {
+            do throws(MetricsServer.Failure) {
+                mount.attachMetrics(metrics, server: try MetricsServer(address: metricsAddress))
+            } catch {
+                fail(error.description, code: 64)
+            }
         }
-        let absoluteMountpoint = String(cString: resolved)
-        free(resolved)
         do throws(ControlSocket.Failure) {
             let server = try ControlServer(mountpoint: absoluteMountpoint, directory: ControlSocket.directory(environment: environment))
             mount.attachControl(server, identity: MountIdentity(

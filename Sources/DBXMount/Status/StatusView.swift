@@ -43,7 +43,7 @@ struct StatusView {
         }
         if let d = s.dropbox {
             row("dropbox", "\(Self.count(Int(d.calls))) calls, \(Self.count(Int(d.failures))) failed, "
-                + "\(Self.bytes(d.bytesDownloaded)) downloaded")
+                + "\(Self.count(Int(d.rateLimited))) rate-limited, \(Self.bytes(d.bytesDownloaded)) downloaded")
         }
         return lines.joined(separator: "\n")
     }

@@ -70,16 +70,7 @@ public final class ControlServer: Sendable {
     }
 
     private func serve(_ handler: Handler) {
-        while !stopped.load(ordering: .relaxed) {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                break
-            }
-            answer(client, handler)
-            close(client)
-        }
-        close(listener)
+        ControlSocket.acceptLoop(listener, while: { !stopped.load(ordering: .relaxed) }) { answer($0, handler) }
     }
 
     private func answer(_ client: Int32, _ handler: Handler) {

@@ -98,7 +98,22 @@ public enum ControlSocket {
         return object
     }
 
-    // MARK: - Shared with the server
+    // MARK: - Shared with the servers (the control socket's and the metrics')
+
+    /// Answers connections on `listener` one at a time until `running` turns false (the owner then
+    /// shuts the listener down, which wakes the accept), then closes it.
+    static func acceptLoop(_ listener: Int32, while running: () -> Bool, _ answer: (Int32) -> Void) {
+        while running() {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                break
+            }
+            answer(client)
+            close(client)
+        }
+        close(listener)
+    }
 
     static func unixAddress(_ path: String) -> sockaddr_un? {
         var address = sockaddr_un()

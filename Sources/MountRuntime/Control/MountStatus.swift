@@ -60,6 +60,8 @@ public struct MountStatus: Codable, Sendable, Equatable {
     public struct Dropbox: Codable, Sendable, Equatable {
         public var calls: UInt64
         public var failures: UInt64
+        /// Answers 429 (retried ones included).
+        public var rateLimited: UInt64
         public var bytesDownloaded: UInt64
     }
 
@@ -131,7 +133,9 @@ extension MountStatus {
                          blockCacheBytes: usage.blockCacheBytes, blockCacheCapacity: usage.blockCacheCapacity,
                          linkLatencyMs: usage.linkLatency.map { Int(($0 * 1000).rounded()) },
                          linkMBPerSecond: usage.linkRate.map { Int(($0 / 1e6).rounded()) }),
-            dropbox: mount.meter.map { Dropbox(calls: $0.calls, failures: $0.failures, bytesDownloaded: $0.bytesDownloaded) })
+            dropbox: mount.meter.map {
+                Dropbox(calls: $0.calls, failures: $0.failures, rateLimited: $0.rateLimited, bytesDownloaded: $0.bytesDownloaded)
+            })
     }
 }
 

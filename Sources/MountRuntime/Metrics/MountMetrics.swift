@@ -1,0 +1,132 @@
+// A mount's Prometheus metrics (`--metrics-addr`): swift-metrics handles, made through a
+// `PrometheusMetricsFactory` of the mount's own (passed explicitly, never a global bootstrap), so
+// the exposition format is swift-prometheus's. Every series carries the `mount` label (the mount
+// point). Names follow Prometheus' conventions: `dbxmount_` prefix, base units, `_total` counters.
+//
+// Three sources, so that no figure is counted twice or drifts from the others:
+// - Dropbox calls end in `callEnded` (APIMeter's observer): per-route counts and latency histogram.
+// - FUSE requests end in `operationEnded` (the adapter's observer): per-operation latency and errors.
+// - Totals the stats line and `dbx-mount status` also show (bytes downloaded, calls, 429s) and the
+//   state of the mount (entries, memory, first listing, feed) are read from the same counters when
+//   Prometheus scrapes (`exposition`).
+
+import CoreMetrics
+import DropboxClient
+import DropboxFS
+import FUSEAdapter
+import Prometheus
+import Synchronization
+
+public final class MountMetrics: APICallObserver, FUSEOperationObserver {
+    let registry = PrometheusCollectorRegistry()
+    private let factory: PrometheusMetricsFactory
+    private let mountLabel: (String, String)
+    private let routes = Mutex<[String: RouteMetrics]>([:])
+    private let operations = Mutex<[String: OperationMetrics]>([:])
+    /// Totals already added to the exported counters, so each scrape adds only what is new.
+    private let exported = Mutex(ExportedTotals())
+
+    private struct RouteMetrics {
+        let requests: CoreMetrics.Counter
+        let failures: CoreMetrics.Counter
+        let duration: CoreMetrics.Timer
+    }
+
+    private struct OperationMetrics {
+        let duration: CoreMetrics.Timer
+        let errors: CoreMetrics.Counter
+    }
+
+    private struct ExportedTotals {
+        var downloaded: UInt64 = 0
+        var rateLimited: UInt64 = 0
+    }
+
+    static let requestDuration = "dbxmount_dropbox_request_duration_seconds"
+    static let operationDuration = "dbxmount_fuse_operation_duration_seconds"
+
+    public init(mountpoint: String) {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        // Dropbox calls: tens of ms to minutes (a longpoll waits up to 8). FUSE requests: answered
+        // from memory in microseconds, or waiting for Dropbox.
+        factory.durationHistogramBuckets = [
+            Self.requestDuration: [.milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+                                   .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+                                   .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30), .seconds(120),
+                                   .seconds(480)],
+            Self.operationDuration: [.microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500),
+                                     .milliseconds(1), .milliseconds(5), .milliseconds(25), .milliseconds(100),
+                                     .milliseconds(500), .seconds(1), .seconds(5), .seconds(30)],
+        ]
+        self.factory = factory
+        mountLabel = ("mount", mountpoint)
+    }
+
+    // MARK: - Observers
+
+    public func callEnded(route: String, seconds: Double, failed: Bool) {
+        let metrics = routes.withLock { routes in
+            if let known = routes[route] { return known }
+            let labels = [mountLabel, ("route", route)]
+            let made = RouteMetrics(
+                requests: CoreMetrics.Counter(label: "dbxmount_dropbox_requests_total", dimensions: labels, factory: factory),
+                failures: CoreMetrics.Counter(label: "dbxmount_dropbox_request_failures_total", dimensions: labels, factory: factory),
+                duration: CoreMetrics.Timer(label: Self.requestDuration, dimensions: labels, factory: factory))
+            routes[route] = made
+            return made
+        }
+        metrics.requests.increment()
+        if failed { metrics.failures.increment() }
+        metrics.duration.recordNanoseconds(Int64(seconds * 1e9))
+    }
+
+    public func operationEnded(_ operation: StaticString, seconds: Double, failed: Bool) {
+        let name = operation.description
+        let metrics = operations.withLock { operations in
+            if let known = operations[name] { return known }
+            let labels = [mountLabel, ("operation", name)]
+            let made = OperationMetrics(
+                duration: CoreMetrics.Timer(label: Self.operationDuration, dimensions: labels, factory: factory),
+                errors: CoreMetrics.Counter(label: "dbxmount_fuse_operation_errors_total", dimensions: labels, factory: factory))
+            operations[name] = made
+            return made
+        }
+        metrics.duration.recordNanoseconds(Int64(seconds * 1e9))
+        if failed { metrics.errors.increment() }
+    }
+
+    // MARK: - Scrape
+
+    /// The Prometheus text exposition, after bringing the totals and the mount's state up to date.
+    func exposition(of mount: Mount) -> [UInt8] {
+        let usage = mount.filesystem.usage
+        let sync = mount.filesystem.syncProgress
+        let labels = [mountLabel]
+        if let meter = mount.meter {
+            let (downloaded, rateLimited) = exported.withLock { totals -> (UInt64, UInt64) in
+                defer { totals = ExportedTotals(downloaded: meter.bytesDownloaded, rateLimited: meter.rateLimited) }
+                return (meter.bytesDownloaded &- totals.downloaded, meter.rateLimited &- totals.rateLimited)
+            }
+            CoreMetrics.Counter(label: "dbxmount_download_bytes_total", dimensions: labels, factory: factory).increment(by: Int64(downloaded))
+            CoreMetrics.Counter(label: "dbxmount_dropbox_rate_limited_total", dimensions: labels, factory: factory).increment(by: Int64(rateLimited))
+        }
+        func gauge(_ name: String, _ value: Double) {
+            CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory).record(value)
+        }
+        gauge("dbxmount_entries", Double(usage.entries))
+        gauge("dbxmount_tree_bytes", Double(usage.treeBytes))
+        gauge("dbxmount_resident_memory_bytes", Double(ProcessMemory.residentBytes()))
+        gauge("dbxmount_readahead_bytes", Double(usage.readAheadBytes))
+        gauge("dbxmount_readahead_budget_bytes", Double(usage.readAheadBudget))
+        gauge("dbxmount_open_files", Double(usage.openFiles))
+        gauge("dbxmount_open_directories", Double(usage.openDirectories))
+        if let blocks = usage.blockCacheBytes { gauge("dbxmount_block_cache_bytes", Double(blocks)) }
+        if let listing = sync.firstListing {
+            gauge("dbxmount_first_listing_entries", Double(listing.entries))
+            gauge("dbxmount_first_listing_done", listing.done ? 1 : 0)
+        }
+        gauge("dbxmount_change_feed_live", sync.feedLive ? 1 : 0)
+        gauge("dbxmount_offline", sync.offline ? 1 : 0)
+        return registry.emitToBuffer()
+    }
+}

@@ -1,0 +1,56 @@
+// The mount's Prometheus metrics and its status, without a mount: a filesystem over the in-memory
+// fake, its calls metered, what the exposition and the status object say after some traffic.
+
+import DropboxClient
+import DropboxFS
+import Foundation
+@testable import MountRuntime
+import TestSupport
+import Testing
+
+@Suite("Metrics and status")
+struct MetricsTests {
+    func makeMount(metrics: MountMetrics?) throws -> (Mount, DropboxFilesystem) {
+        let dropbox = FakeDropbox()
+        dropbox.addFolder("/Docs")
+        dropbox.addFile("/Docs/a.bin", Array(repeating: 1, count: 10_000))
+        let meter = APIMeter(observer: metrics)
+        let fs = DropboxFilesystem(api: MeteredDropboxAPI(dropbox, meter: meter), options: FilesystemOptions(),
+                                   folderModified: 0)
+        let docs = try fs.lookup(parent: .root, name: "Docs").inode
+        let handle = try fs.open(try fs.lookup(parent: docs, name: "a.bin").inode).handle
+        _ = try fs.read(handle, offset: 0, size: 10_000)
+        fs.release(handle)
+        meter.addRateLimited()
+        return (Mount(filesystem: fs, logger: .init(label: "test"), followChanges: false, meter: meter), fs)
+    }
+
+    @Test func theExpositionHasTheMountsSeriesInPrometheusForm() throws {
+        let metrics = MountMetrics(mountpoint: "/mnt/dropbox")
+        let (mount, _) = try makeMount(metrics: metrics)
+        metrics.operationEnded("read", seconds: 0.002, failed: false)
+        metrics.operationEnded("getxattr", seconds: 0.0001, failed: true)
+        let text = String(decoding: metrics.exposition(of: mount), as: UTF8.self)
+        #expect(text.contains(#"dbxmount_download_bytes_total{mount="/mnt/dropbox"} 10000"#), "\(text)")
+        #expect(text.contains(#"dbxmount_dropbox_rate_limited_total{mount="/mnt/dropbox"} 1"#))
+        #expect(text.contains(#"dbxmount_dropbox_requests_total{mount="/mnt/dropbox",route="files/list_folder"}"#))
+        #expect(text.contains(#"dbxmount_dropbox_request_duration_seconds_count{mount="/mnt/dropbox",route="files/download"} 1"#))
+        #expect(text.contains(#"dbxmount_fuse_operation_errors_total{mount="/mnt/dropbox",operation="getxattr"} 1"#))
+        #expect(text.contains("# TYPE dbxmount_fuse_operation_duration_seconds histogram"))
+        // A second scrape adds nothing that did not happen.
+        let again = String(decoding: metrics.exposition(of: mount), as: UTF8.self)
+        #expect(again.contains(#"dbxmount_download_bytes_total{mount="/mnt/dropbox"} 10000"#))
+    }
+
+    @Test func theStatusRoundTripsThroughJSON() throws {
+        let (mount, _) = try makeMount(metrics: nil)
+        let identity = MountIdentity(mountpoint: "/mnt/dropbox", account: "Ann <ann@example.com>", source: "/")
+        let status = MountStatus(of: mount, identity: identity)
+        #expect(status.dropbox?.bytesDownloaded == 10_000 && status.dropbox?.rateLimited == 1)
+        #expect(status.changeFeed.state == "starting")
+        let decoded = try #require(status.jsonObject().flatMap(MountStatus.init(jsonObject:)))
+        #expect(decoded.mountpoint == status.mountpoint && decoded.dropbox == status.dropbox && decoded.cache == status.cache)
+        let json = status.json()
+        #expect(json.contains(#""rate_limited":1"#) && json.contains(#""bytes_downloaded":10000"#), "\(json)")
+    }
+}
