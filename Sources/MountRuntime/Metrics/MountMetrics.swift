@@ -22,7 +22,7 @@ public final class MountMetrics: APICallObserver, FUSEOperationObserver {
     private let factory: PrometheusMetricsFactory
     private let mountLabel: (String, String)
     private let routes = Mutex<[String: RouteMetrics]>([:])
-    private let operations = Mutex<[String: OperationMetrics]>([:])
+    private let operations = Mutex<[UInt: OperationMetrics]>([:])
     /// Totals already added to the exported counters, so each scrape adds only what is new.
     private let exported = Mutex(ExportedTotals())
 
@@ -81,14 +81,16 @@ public final class MountMetrics: APICallObserver, FUSEOperationObserver {
     }
 
     public func operationEnded(_ operation: StaticString, seconds: Double, failed: Bool) {
-        let name = operation.description
+        // Keyed by the literal's address: no String is made per request (reads come by the
+        // thousand per GiB, lookups by the thousand per folder).
+        let key = UInt(bitPattern: operation.utf8Start)
         let metrics = operations.withLock { operations in
-            if let known = operations[name] { return known }
-            let labels = [mountLabel, ("operation", name)]
+            if let known = operations[key] { return known }
+            let labels = [mountLabel, ("operation", operation.description)]
             let made = OperationMetrics(
                 duration: CoreMetrics.Timer(label: Self.operationDuration, dimensions: labels, factory: factory),
                 errors: CoreMetrics.Counter(label: "dbxmount_fuse_operation_errors_total", dimensions: labels, factory: factory))
-            operations[name] = made
+            operations[key] = made
             return made
         }
         metrics.duration.recordNanoseconds(Int64(seconds * 1e9))
