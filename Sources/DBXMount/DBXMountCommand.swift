@@ -11,7 +11,7 @@ struct DBXMountCommand: ParsableCommand {
             Without a subcommand, dbx-mount mounts: dbx-mount [OPTIONS] [SOURCE] MOUNTPOINT (see dbx-mount mount --help). Sign in first with dbx-mount auth, or give a token through DBX_ACCESS_TOKEN or --token-file.
             """,
         version: "0.1.0",
-        subcommands: [MountCommand.self, StatusCommand.self, AuthCommand.self, LogoutCommand.self, WhoamiCommand.self, ContentHashCommand.self],
+        subcommands: [MountCommand.self, StatusCommand.self, PinCommand.self, UnpinCommand.self, AuthCommand.self, LogoutCommand.self, WhoamiCommand.self, ContentHashCommand.self],
         defaultSubcommand: MountCommand.self
     )
 }

@@ -56,6 +56,8 @@ public final class DropboxFilesystem: Sendable {
     let listers: WorkerPool
     /// Whether Dropbox answers at all, as the change feed last found.
     let reachability: Reachability
+    /// Folders kept whole in the block cache (`Reading/Pins.swift`); nil without a block cache.
+    let pins: Pins?
     /// Puts Dropbox's thumbnails of a folder's images in a thumbnail cache (`Thumbnails/`); nil
     /// unless the mount asked for thumbnails.
     let thumbnailer: Thumbnailer?
@@ -76,6 +78,7 @@ public final class DropboxFilesystem: Sendable {
         self.reader = ReadEngine(api: api, options: options.readAhead, logger: logger,
                                  linkDown: { reachability.isUnreachable })
         self.listers = WorkerPool(name: "dbx-list", limit: options.listingConcurrency)
+        self.pins = options.readAhead.blockCacheDirectory.map { Pins(directory: $0) }
         self.thumbnailer = thumbnails.map { Thumbnailer(api: api, store: $0, options: options.thumbnails, logger: logger) }
     }
 

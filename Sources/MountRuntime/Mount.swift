@@ -87,6 +87,22 @@ public final class Mount: MountHooks {
                 return ["ok": false, "error": "cannot encode the status"]
             }
             return ["ok": true, "status": status]
+        case "pin", "unpin":
+            guard let path = request["path"] as? String, path.hasPrefix("/") else {
+                return ["ok": false, "error": "the request names no path (a folder inside the mount, such as /Photos)"]
+            }
+            do throws(PinError) {
+                if request["command"] as? String == "pin" {
+                    let pinned = try filesystem.pin(path)
+                    logger.notice("pinned a folder", metadata: ["path": "\(pinned.path)", "bytes": "\(pinned.bytesTotal)"])
+                    return ["ok": true, "pin": MountStatus.Pin(pinned).jsonObject() ?? [:]]
+                }
+                try filesystem.unpin(path)
+                logger.notice("unpinned a folder", metadata: ["path": "\(path)"])
+                return ["ok": true]
+            } catch {
+                return ["ok": false, "error": error.description]
+            }
         case let command?:
             return ["ok": false, "error": "unknown command \(command)"]
         case nil:

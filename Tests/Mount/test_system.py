@@ -400,5 +400,5 @@ def test_man_page_and_readme_cover_every_option_of_help():
     names = [n.strip().strip('"') for n in settings.replace("\n", " ").split(",") if n.strip()]
     assert names and not [n for n in names if n not in man or n not in readme]
     top = subprocess.run([str(DBX_MOUNT), "--help"], capture_output=True, text=True).stdout
-    for subcommand in ["mount", "status", "auth", "whoami", "logout", "content-hash"]:
+    for subcommand in ["mount", "status", "pin", "unpin", "auth", "whoami", "logout", "content-hash"]:
         assert subcommand in top and subcommand in man and subcommand in readme

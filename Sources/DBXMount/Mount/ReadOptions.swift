@@ -17,6 +17,15 @@ struct ReadOptions: ParsableArguments {
                                valueName: "MiB"))
     var blockCacheSize: Int?
 
+    @Option(help: ArgumentHelp("Keep this folder (a path inside the mount, such as /Photos/2024) available offline; repeatable; needs --block-cache-dir as its store.",
+                               valueName: "path"))
+    var pin: [String] = []
+
+    /// Folders to pin at mount time: the flags, and `-o pin=PATH`.
+    func pins(_ list: MountOptionList) -> [String] {
+        pin + (list.settings["pin"].map { [$0] } ?? [])
+    }
+
     @Flag(help: ArgumentHelp("Bypass the kernel's page cache: reads go straight from read-ahead to the reader, which saves a copy and about 0.25 CPU-s per GiB on long streams, but every read reaches dbx-mount (nothing re-read is cached by the kernel) and shared mmap fails (ENODEV)."))
     var directIO = false
 

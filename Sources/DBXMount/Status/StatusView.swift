@@ -41,6 +41,11 @@ struct StatusView {
         if let used = s.reads.blockCacheBytes, let capacity = s.reads.blockCacheCapacity {
             row("block cache", "\(Self.bytes(used)) of \(Self.bytes(capacity))")
         }
+        for pin in s.pins ?? [] {
+            let fraction = pin.bytesTotal == 0 ? (pin.listed ? 1 : 0) : Double(pin.bytesDone) / Double(pin.bytesTotal)
+            let state = pin.complete ? "complete" : pin.listed ? "\(Self.bar(fraction)) \(Int(fraction * 100))%" : "waiting for its listing"
+            row("pinned", "\(pin.path): \(state), \(Self.bytes(pin.bytesDone)) of \(Self.bytes(pin.bytesTotal)) in \(Self.count(pin.files)) files")
+        }
         if let d = s.dropbox {
             row("dropbox", "\(Self.count(Int(d.calls))) calls, \(Self.count(Int(d.failures))) failed, "
                 + "\(Self.count(Int(d.rateLimited))) rate-limited, \(Self.bytes(d.bytesDownloaded)) downloaded")

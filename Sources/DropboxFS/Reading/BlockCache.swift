@@ -9,7 +9,8 @@
 //
 // Eviction is least recently used, over `capacity` bytes. The order survives remounts through the
 // files' modification times (a hit touches its file); in memory it is a queue of touches with
-// lazy deletion, so eviction is amortised O(1) however large the cache.
+// lazy deletion, so eviction is amortised O(1) however large the cache. Blocks of pinned files
+// (`Pins`: a folder kept available offline) are never evicted; eviction passes over them.
 //
 // Disk I/O is never done under the index's lock; the index is loaded on first use, which is after
 // libfuse's daemonizing fork.
@@ -45,9 +46,20 @@ final class BlockCache: Sendable {
             order.append((key, tick))
         }
 
-        /// The least recently used key, removed from the index.
-        mutating func evictOne() -> String? {
+        /// The least recently used key that `isPinned` does not keep, removed from the index.
+        mutating func evictOne(isPinned: (String) -> Bool) -> String? {
+            var passedOver = 0
             while orderHead < order.count {
+                if let entry = entries[order[orderHead].key], entry.tick == order[orderHead].tick,
+                   isPinned(order[orderHead].key) {
+                    // Kept: moved to the back, once each; a cache full of pinned blocks evicts nothing.
+                    passedOver += 1
+                    if passedOver > entries.count { return nil }
+                    let key = order[orderHead].key
+                    orderHead += 1
+                    touch(key, size: entry.size)
+                    continue
+                }
                 let (key, tick) = order[orderHead]
                 orderHead += 1
                 if orderHead > 4096, orderHead * 2 > order.count {
@@ -66,6 +78,35 @@ final class BlockCache: Sendable {
     /// Bytes of blocks on disk, as far as the index knows (0 before the first use loads it).
     var storedBytes: UInt64 { index.withLock { $0?.total ?? 0 } }
 
+    /// The `<hex id>.<rev>` prefixes of pinned files' blocks.
+    private let pinned = Mutex<Set<String>>([])
+
+    /// Keeps every block of these files (by id and rev) from eviction, and lets go of the rest.
+    func setPinned(_ files: [ReadFile]) {
+        let prefixes = Set(files.map { Self.filePrefix($0) })
+        pinned.withLock { $0 = prefixes }
+    }
+
+    private static func filePrefix(_ file: ReadFile) -> String {
+        file.id.utf8.map { String($0, radix: 16).leftPadded(to: 2) }.joined() + "." + file.rev
+    }
+
+    private func isPinned(_ key: String) -> Bool {
+        guard let lastDot = key.lastIndex(of: ".") else { return false }
+        let prefix = String(key[..<lastDot])
+        return pinned.withLock { $0.contains(prefix) }
+    }
+
+    /// Bytes of `file` whose blocks are cached.
+    func cachedBytes(of file: ReadFile) -> UInt64 {
+        let blocks = (file.size + Self.blockSize - 1) / Self.blockSize
+        return withIndex { index in
+            (0..<blocks).reduce(UInt64(0)) { sum, block in
+                index.entries[Self.key(file, block: block)] == nil ? sum : sum + blockLength(file, block)
+            }
+        }
+    }
+
     init(directory: String, capacity: UInt64, logger: Logger) {
         self.directory = directory
         self.capacity = capacity
@@ -73,8 +114,7 @@ final class BlockCache: Sendable {
     }
 
     static func key(_ file: ReadFile, block: UInt64) -> String {
-        let id = file.id.utf8.map { String($0, radix: 16).leftPadded(to: 2) }.joined()
-        return "\(id).\(file.rev).\(block)"
+        "\(filePrefix(file)).\(block)"
     }
 
     private func blockLength(_ file: ReadFile, _ block: UInt64) -> UInt64 {
@@ -174,7 +214,7 @@ final class BlockCache: Sendable {
                     let evicted = withIndex { index -> [String] in
                         index.touch(key, size: length)
                         var evicted: [String] = []
-                        while index.total > capacity, let victim = index.evictOne() { evicted.append(victim) }
+                        while index.total > capacity, let victim = index.evictOne(isPinned: isPinned) { evicted.append(victim) }
                         return evicted
                     }
                     for victim in evicted { try? FileManager.default.removeItem(atPath: path(victim)) }

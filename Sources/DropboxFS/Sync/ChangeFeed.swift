@@ -19,6 +19,7 @@ extension DropboxFilesystem {
     /// Loads the saved tree, if any, and starts the sync thread.
     public func startChangeFeed(longpollTimeout: Int = 30) {
         loadPersistedTree()
+        startPinning()
         let thread = Thread { [self] in syncLoop(longpollTimeout: longpollTimeout) }
         thread.name = "dbx-sync"
         thread.start()
@@ -378,6 +379,7 @@ extension DropboxFilesystem {
     }
 
     func signalFeedChanged() {
+        pins?.wake()   // a new rev of a pinned file, or the listing a pin waited for
         feedChanged.lock()
         feedChanged.broadcast()
         feedChanged.unlock()

@@ -21,6 +21,8 @@ public struct MountStatus: Codable, Sendable, Equatable {
     public var cache: Cache
     public var reads: Reads
     public var dropbox: Dropbox?
+    /// Folders kept available offline (`dbx-mount pin`), with their progress.
+    public var pins: [Pin]?
 
     public struct FirstListing: Codable, Sendable, Equatable {
         public var done: Bool
@@ -55,6 +57,26 @@ public struct MountStatus: Codable, Sendable, Equatable {
         public var blockCacheCapacity: UInt64?
         public var linkLatencyMs: Int?
         public var linkMBPerSecond: Int?
+    }
+
+    public struct Pin: Codable, Sendable, Equatable {
+        public var path: String
+        /// Everything below is listed; before, the totals are not known yet.
+        public var listed: Bool
+        public var files: Int
+        public var bytesTotal: UInt64
+        public var bytesDone: UInt64
+        public var complete: Bool
+
+        init(_ status: PinStatus) {
+            path = status.path; listed = status.listed; files = status.files
+            bytesTotal = status.bytesTotal; bytesDone = status.bytesDone; complete = status.complete
+        }
+
+        func jsonObject() -> Any? {
+            guard let data = try? MountStatus.encoder.encode(self) else { return nil }
+            return try? JSONSerialization.jsonObject(with: data)
+        }
     }
 
     public struct Dropbox: Codable, Sendable, Equatable {
@@ -135,7 +157,8 @@ extension MountStatus {
                          linkMBPerSecond: usage.linkRate.map { Int(($0 / 1e6).rounded()) }),
             dropbox: mount.meter.map {
                 Dropbox(calls: $0.calls, failures: $0.failures, rateLimited: $0.rateLimited, bytesDownloaded: $0.bytesDownloaded)
-            })
+            },
+            pins: usage.blockCacheBytes == nil ? nil : mount.filesystem.pinStatus.map(Pin.init))
     }
 }
 

@@ -1,0 +1,81 @@
+import ArgumentParser
+import Foundation
+import MountRuntime
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `dbx-mount pin PATH...` and `dbx-mount unpin PATH...`: ask the mount that holds each folder,
+/// through its control socket, to keep it whole in its block cache (available offline), or to stop.
+struct PinCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pin",
+        abstract: "Keep folders of a mount available offline (whole in its block cache, refreshed as they change).",
+        discussion: """
+            Each PATH is a folder under a dbx-mount mount point. The mount fetches its files in the \
+            background; 'dbx-mount status' shows how far. Pins last across remounts. Needs a mount \
+            with --block-cache-dir whose --block-cache-size holds the folder.
+            """)
+
+    @Argument(help: "Folders under a dbx-mount mount point.")
+    var paths: [String]
+
+    func run() throws { try PinRequest.send("pin", paths: paths) }
+}
+
+struct UnpinCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unpin",
+        abstract: "Stop keeping folders available offline (their blocks become ordinary cache).")
+
+    @Argument(help: "Pinned folders under a dbx-mount mount point.")
+    var paths: [String]
+
+    func run() throws { try PinRequest.send("unpin", paths: paths) }
+}
+
+enum PinRequest {
+    /// Sends `command` for each path to the mount that holds it; one line per failure, exit 1 if any.
+    static func send(_ command: String, paths: [String]) throws {
+        let directory = ControlSocket.directory()
+        var failed = false
+        for path in paths {
+            do throws(ControlSocket.Failure) {
+                let (socket, inside) = try locate(path, directory: directory)
+                let answer = try ControlSocket.request(["command": command, "path": inside], at: socket)
+                guard answer["ok"] as? Bool == true else {
+                    throw ControlSocket.Failure(description: answer["error"] as? String ?? "the mount refused")
+                }
+                if let pin = answer["pin"] as? [String: Any], let total = pin["bytes_total"] as? Int {
+                    print("\(path): pinned, \(total >> 20) MiB in \(pin["files"] as? Int ?? 0) files; see dbx-mount status")
+                }
+            } catch {
+                FileHandle.standardError.write(Data("dbx-mount \(command): \(error.description)\n".utf8))
+                failed = true
+            }
+        }
+        if failed { throw ExitCode(1) }
+    }
+
+    /// The control socket of the mount holding `path`, and the path inside that mount: the nearest
+    /// ancestor of `path` (itself included) that a mount of this user answers for.
+    static func locate(_ path: String, directory: String) throws(ControlSocket.Failure) -> (socket: String, inside: String) {
+        guard let resolved = realpath(path, nil) else {
+            throw ControlSocket.Failure(description: "\(path): \(String(cString: strerror(errno)))")
+        }
+        let absolute = String(cString: resolved)
+        free(resolved)
+        var candidate = absolute
+        while true {
+            let socket = ControlSocket.path(forMountpoint: candidate, in: directory)
+            if access(socket, F_OK) == 0 {
+                let inside = String(absolute.dropFirst(candidate == "/" ? 0 : candidate.count))
+                return (socket, inside.isEmpty ? "/" : inside)
+            }
+            guard candidate != "/", let slash = candidate.lastIndex(of: "/") else { break }
+            candidate = slash == candidate.startIndex ? "/" : String(candidate[..<slash])
+        }
+        throw ControlSocket.Failure(description: "\(absolute) is not under a dbx-mount mount point of this user")
+    }
+}

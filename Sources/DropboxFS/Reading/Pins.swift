@@ -1,0 +1,280 @@
+// Pinned folders: folders kept available offline. Every file under a pinned folder is kept whole
+// in the block cache, at its current rev: fetched in the background (one file at a time, in
+// 8 MiB Range requests through the read engine's own fetch, which reads and fills the block cache
+// as usual), fetched again when the change feed brings a new rev, and never evicted while pinned
+// (`BlockCache.setPinned`; blocks of an old rev become ordinary and age out). The list of pins is
+// kept in the block cache's folder (`pins.json`), so a remount goes on keeping them.
+//
+// A pin needs the block cache (it is where pinned files live) and room in it: pinning a folder
+// larger than the cache's capacity, less what other pins hold, is refused with the room it needs.
+// The folder must be listed whole (the first listing, or the saved tree): until it is, the pin
+// waits, and `status` says so.
+
+import DropboxClient
+import Foundation
+
+/// One pinned folder and how much of it is in the block cache.
+public struct PinStatus: Sendable, Equatable {
+    /// The folder's path inside the mount, as it was pinned ("/Photos/2024").
+    public var path: String
+    /// The folder and everything below it are listed (before, the totals are not known yet).
+    public var listed: Bool
+    public var files: Int
+    public var bytesTotal: UInt64
+    public var bytesDone: UInt64
+    public var complete: Bool { listed && bytesDone >= bytesTotal }
+}
+
+public enum PinError: Error, Equatable, CustomStringConvertible {
+    case noBlockCache
+    case notFound(String)
+    case notAFolder(String)
+    case tooLarge(path: String, needs: UInt64, room: UInt64)
+    case notPinned(String)
+
+    public var description: String {
+        switch self {
+        case .noBlockCache:
+            "pinning keeps files in the block cache: mount with --block-cache-dir (and a --block-cache-size that holds the folder)"
+        case .notFound(let path): "\(path): no such folder in the mount"
+        case .notAFolder(let path): "\(path) is a file; pin the folder that holds it"
+        case .tooLarge(let path, let needs, let room):
+            "\(path) needs \(Self.mebibytes(needs)) MiB in the block cache, which has room for \(Self.mebibytes(room)) MiB; raise --block-cache-size"
+        case .notPinned(let path): "\(path) is not pinned"
+        }
+    }
+
+    private static func mebibytes(_ bytes: UInt64) -> UInt64 { (bytes + (1 << 20) - 1) >> 20 }
+}
+
+/// The pins and their progress, and the wake-up of the thread that fetches them.
+final class Pins: @unchecked Sendable {
+    // `@unchecked Sendable`: every var is read and written under `condition`'s lock.
+    private let condition = NSCondition()
+    private var paths: [String] = []
+    private var progress: [String: PinStatus] = [:]
+    private var workWaiting = false
+    /// `pins.json` in the block cache's folder.
+    let file: String
+
+    init(directory: String) {
+        file = directory + "/pins.json"
+        if let data = FileManager.default.contents(atPath: file),
+           let saved = try? JSONSerialization.jsonObject(with: data) as? [String] {
+            paths = saved
+        }
+    }
+
+    var list: [String] { condition.withLock { paths } }
+
+    var statuses: [PinStatus] {
+        condition.withLock { paths.map { progress[$0.lowercased()] ?? PinStatus(path: $0, listed: false, files: 0, bytesTotal: 0, bytesDone: 0) } }
+    }
+
+    func add(_ path: String) {
+        condition.withLock {
+            if !paths.contains(where: { $0.lowercased() == path.lowercased() }) { paths.append(path) }
+        }
+        save()
+        wake()
+    }
+
+    func remove(_ path: String) -> Bool {
+        let removed = condition.withLock { () -> Bool in
+            let before = paths.count
+            paths.removeAll { $0.lowercased() == path.lowercased() }
+            progress[path.lowercased()] = nil
+            return paths.count < before
+        }
+        if removed { save(); wake() }
+        return removed
+    }
+
+    func update(_ status: PinStatus) {
+        condition.withLock {
+            if paths.contains(where: { $0.lowercased() == status.path.lowercased() }) { progress[status.path.lowercased()] = status }
+        }
+    }
+
+    /// There may be something to fetch (a pin added, the tree changed).
+    func wake() {
+        condition.withLock {
+            workWaiting = true
+            condition.broadcast()
+        }
+    }
+
+    /// Waits for `wake` or `timeout` seconds.
+    func waitForWork(timeout: TimeInterval) {
+        condition.withLock {
+            let deadline = Date().addingTimeInterval(timeout)
+            while !workWaiting && condition.wait(until: deadline) {}
+            workWaiting = false
+        }
+    }
+
+    private func save() {
+        guard let data = try? JSONSerialization.data(withJSONObject: list) else { return }
+        let directory = (file as NSString).deletingLastPathComponent
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                 attributes: [.posixPermissions: 0o700])
+        FileManager.default.createFile(atPath: file, contents: data, attributes: [.posixPermissions: 0o600])
+    }
+}
+
+extension DropboxFilesystem {
+    /// Pins the folder at `path` (inside the mount): refused without a block cache, for a file, or
+    /// for a folder larger than the room left in the cache.
+    public func pin(_ path: String) throws(PinError) -> PinStatus {
+        guard let pins, let cache = reader.cache else { throw .noBlockCache }
+        let normalized = Self.mountPath(path)
+        var scan = scanPinned(normalized)
+        if case .folder(_, false) = scan {
+            // Right after mounting the first listing may still run: its end tells the folder's
+            // size, which decides whether the pin fits.
+            let deadline = Date().addingTimeInterval(Self.pinListingWait)
+            feedChanged.lock()
+            while !state.withLock({ $0.feed.live }) && Date() < deadline { _ = feedChanged.wait(until: deadline) }
+            feedChanged.unlock()
+            scan = scanPinned(normalized)
+        }
+        switch scan {
+        case .missing: throw .notFound(normalized)
+        case .file: throw .notAFolder(normalized)
+        case .folder(let files, let listed):
+            if listed {
+                let others = pins.statuses.filter { $0.path.lowercased() != normalized.lowercased() }.reduce(UInt64(0)) { $0 + $1.bytesTotal }
+                let needs = files.reduce(UInt64(0)) { $0 + $1.size }
+                let room = cache.capacity > others ? cache.capacity - others : 0
+                guard needs <= room else { throw .tooLarge(path: normalized, needs: needs, room: room) }
+            }
+            pins.add(normalized)
+            let status = PinStatus(path: normalized, listed: listed, files: files.count,
+                                   bytesTotal: files.reduce(0) { $0 + $1.size },
+                                   bytesDone: files.reduce(0) { $0 + cache.cachedBytes(of: $1) })
+            pins.update(status)
+            return status
+        }
+    }
+
+    /// Pins `path` without checking it now (`-o pin=` at mount time, before anything is listed):
+    /// the pin waits for its folder to be listed, and says so in `pinStatus`.
+    public func keepPinned(_ path: String) throws(PinError) {
+        guard let pins else { throw .noBlockCache }
+        pins.add(Self.mountPath(path))
+    }
+
+    public func unpin(_ path: String) throws(PinError) {
+        guard let pins else { throw .noBlockCache }
+        let normalized = Self.mountPath(path)
+        guard pins.remove(normalized) else { throw .notPinned(normalized) }
+    }
+
+    /// How long `pin` waits for a first listing under way to reach the folder.
+    static let pinListingWait: TimeInterval = 15
+
+    /// Every pin with its progress (empty without a block cache).
+    public var pinStatus: [PinStatus] { pins?.statuses ?? [] }
+
+    /// "/a/b" from "a/b/", "/a/b" or "/a//b"; "/" for the whole mount.
+    static func mountPath(_ path: String) -> String {
+        "/" + path.split(separator: "/").joined(separator: "/")
+    }
+
+    enum PinScan {
+        case missing, file
+        /// The files below (at their current revs, exports left out: they have no blocks) and
+        /// whether every folder below is listed.
+        case folder(files: [ReadFile], listed: Bool)
+    }
+
+    func scanPinned(_ path: String) -> PinScan {
+        state.withLock { state in
+            let tree = state.tree
+            let full = options.rootPath + (path == "/" ? "" : path)
+            guard let folder = tree.slot(atPath: full, below: options.rootPath), tree.isAlive(folder) else { return .missing }
+            guard tree.isDirectory(folder) else { return .file }
+            var files: [ReadFile] = []
+            var listed = true
+            var stack = [folder]
+            while let next = stack.popLast() {
+                if !tree.isComplete(next) { listed = false }
+                for child in tree.children(of: next) {
+                    if tree.isDirectory(child) {
+                        stack.append(child)
+                    } else if let details = tree.details(child), !details.isExport {
+                        files.append(ReadFile(id: details.id, rev: details.rev, size: details.size))
+                    }
+                }
+            }
+            return .folder(files: files, listed: listed)
+        }
+    }
+
+    /// The thread that keeps pinned files in the block cache, until the mount stops.
+    func startPinning() {
+        guard let pins, reader.cache != nil else { return }
+        let thread = Thread { [self] in
+            while !stopped.load(ordering: .relaxed) {
+                keepPinnedFiles(pins)
+                pins.waitForWork(timeout: 10)
+            }
+        }
+        thread.name = "dbx-pins"
+        thread.start()
+    }
+
+    /// One pass: marks every pinned file's current rev as kept, then fetches what is missing.
+    private func keepPinnedFiles(_ pins: Pins) {
+        guard let cache = reader.cache else { return }
+        let scans = pins.list.map { ($0, scanPinned($0)) }
+        var kept: [ReadFile] = []
+        for case (_, .folder(let files, _)) in scans { kept += files }
+        cache.setPinned(kept)
+        for (path, scan) in scans {
+            guard case .folder(let files, let listed) = scan else {
+                pins.update(PinStatus(path: path, listed: false, files: 0, bytesTotal: 0, bytesDone: 0))
+                continue
+            }
+            let total = files.reduce(UInt64(0)) { $0 + $1.size }
+            var done = files.reduce(UInt64(0)) { $0 + cache.cachedBytes(of: $1) }
+            pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: done))
+            for file in files where cache.cachedBytes(of: file) < file.size {
+                if stopped.load(ordering: .relaxed) || reachability.isUnreachable { return }
+                guard pins.list.contains(path) else { break }   // unpinned meanwhile
+                let before = cache.cachedBytes(of: file)
+                fetchWhole(file)
+                done += cache.cachedBytes(of: file) - min(before, cache.cachedBytes(of: file))
+                pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: done))
+            }
+        }
+    }
+
+    /// The blocks of `file` not in the cache yet, downloaded through the read engine (so they land
+    /// in the block cache) in parts of 8 MiB, one after another: a background job bounded to one
+    /// request and 8 MiB of memory at a time, beside whatever the user reads.
+    private func fetchWhole(_ file: ReadFile) {
+        let stream = reader.open(file) { [weak self] in self?.isCurrentRev(file) ?? false }
+        defer { reader.close(stream) }
+        let step: UInt64 = 8 << 20
+        var offset: UInt64 = 0
+        while offset < file.size, !stopped.load(ordering: .relaxed) {
+            let part = Part(range: offset..<min(file.size, offset + step))
+            _ = part.claim()
+            reader.fetch(part, of: stream)
+            guard (try? part.wait(forPrefix: part.length)) == .ready else { return }
+            offset += step
+        }
+    }
+
+    /// Whether `file`'s rev is still the one the tree has for its id.
+    private func isCurrentRev(_ file: ReadFile) -> Bool {
+        state.withLock { state in
+            var current = false
+            state.tree.walk { slot in
+                if !current, let details = state.tree.details(slot), details.id == file.id, details.rev == file.rev { current = true }
+            }
+            return current
+        }
+    }
+}

@@ -1,0 +1,90 @@
+import DropboxClient
+@testable import DropboxFS
+import Foundation
+import TestSupport
+import Testing
+
+/// Pinned folders (issue 18): kept whole in the block cache, never evicted while pinned, refused
+/// when they cannot be kept.
+@Suite("Pinned folders")
+struct PinTests {
+    let clock = ManualClock()
+    static let MiB = 1 << 20
+
+    func makeFS(_ dropbox: FakeDropbox, directory: String, capacity: UInt64 = 64 << 20) -> DropboxFilesystem {
+        var options = FilesystemOptions(metadataTTL: .seconds(60))
+        options.readAhead = ReadAheadOptions(blockCacheDirectory: directory, blockCacheBytes: capacity)
+        return DropboxFilesystem(api: dropbox, options: options, folderModified: 0, now: clock.now)
+    }
+
+    func temporaryDirectory() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("dbx-pins-\(UUID())").path
+    }
+
+    func tree() -> FakeDropbox {
+        let dropbox = FakeDropbox()
+        dropbox.addFolder("/Pinned")
+        dropbox.addFolder("/Pinned/Sub")
+        dropbox.addFile("/Pinned/a.bin", Array(repeating: 1, count: 3 * Self.MiB + 5))
+        dropbox.addFile("/Pinned/Sub/b.txt", Array("bee".utf8))
+        dropbox.addFolder("/Other")
+        dropbox.addFile("/Other/c.bin", Array(repeating: 3, count: Self.MiB))
+        return dropbox
+    }
+
+    @Test func aPinnedFolderEndsUpWholeInTheBlockCacheAndStaysPinnedAcrossRemounts() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let dropbox = tree()
+        let fs = makeFS(dropbox, directory: directory)
+        fs.startChangeFeed()
+        defer { fs.stopChangeFeed() }
+        #expect(eventually { fs.isFeedLive })
+        let pinned = try fs.pin("Pinned/")
+        #expect(pinned.path == "/Pinned" && pinned.files == 2 && pinned.bytesTotal == UInt64(3 * Self.MiB + 8))
+        #expect(eventually(within: 20) { fs.pinStatus.first?.complete == true }, "\(fs.pinStatus)")
+        #expect(fs.reader.cache?.usage.bytes == UInt64(3 * Self.MiB + 8), "exactly the pinned files are cached")
+        #expect(FileManager.default.fileExists(atPath: directory + "/pins.json"))
+
+        let remounted = makeFS(dropbox, directory: directory)
+        #expect(remounted.pinStatus.map(\.path) == ["/Pinned"], "pins are kept in the block cache's folder")
+        try remounted.unpin("/pinned")
+        #expect(remounted.pinStatus.isEmpty)
+        #expect(throws: PinError.notPinned("/Pinned")) { try remounted.unpin("/Pinned") }
+    }
+
+    @Test func whatCannotBePinnedIsRefused() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let dropbox = tree()
+        let fs = makeFS(dropbox, directory: directory, capacity: 2 << 20)
+        fs.startChangeFeed()
+        defer { fs.stopChangeFeed() }
+        #expect(eventually { fs.isFeedLive })
+        #expect(throws: PinError.notAFolder("/Other/c.bin")) { try fs.pin("/Other/c.bin") }
+        #expect(throws: PinError.notFound("/Nope")) { try fs.pin("/Nope") }
+        #expect(throws: PinError.tooLarge(path: "/Pinned", needs: UInt64(3 * Self.MiB + 8), room: 2 << 20)) {
+            try fs.pin("/Pinned")
+        }
+        #expect(fs.pinStatus.isEmpty)
+        let plain = DropboxFilesystem(api: dropbox, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        #expect(throws: PinError.noBlockCache) { try plain.pin("/Pinned") }
+    }
+
+    @Test func evictionPassesOverPinnedBlocks() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let cache = BlockCache(directory: directory, capacity: 4 << 20, logger: .init(label: "test"))
+        let pinned = ReadFile(id: "id:pinned", rev: "r1", size: UInt64(2 * Self.MiB))
+        let other = ReadFile(id: "id:other", rev: "r1", size: UInt64(4 * Self.MiB))
+        cache.setPinned([pinned])
+        for (file, byte) in [(pinned, UInt8(1)), (other, UInt8(2))] {
+            let part = Part(range: 0..<file.size)
+            _ = part.claim()
+            _ = Array(repeating: byte, count: Int(file.size)).withUnsafeBytes { part.append($0) }
+            cache.store(part, file: file)
+        }
+        #expect(cache.cachedBytes(of: pinned) == pinned.size, "the pinned file's blocks stayed")
+        #expect(cache.usage.bytes <= 4 << 20)
+    }
+}

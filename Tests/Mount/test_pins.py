@@ -1,0 +1,144 @@
+"""issue 18, second half: pinned folders. `dbx-mount pin` keeps a folder whole in the block cache;
+`status` shows its progress; with Dropbox gone, a remount serves the pinned folder (diff -r passes)
+while other uncached reads fail with EIO at once; once Dropbox is back a changed pinned file reads
+new. Bad input is refused in one line."""
+import errno
+import json
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DBX_MOUNT, Mount, free_port, start_on
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "served"
+    rng = random.Random(1818)
+    (root / "Pinned" / "Sub").mkdir(parents=True)
+    (root / "Other").mkdir()
+    for i in range(4):
+        (root / "Pinned" / f"photo-{i}.jpg").write_bytes(rng.randbytes(3 * MiB + i * 1000))
+    (root / "Pinned" / "Sub" / "notes.txt").write_bytes(b"first\n")
+    (root / "Pinned" / "empty.txt").write_bytes(b"")
+    (root / "Other" / "big.bin").write_bytes(rng.randbytes(2 * MiB))
+    return root
+
+
+def dbx(*args, check=True):
+    result = subprocess.run([str(DBX_MOUNT), *map(str, args)], capture_output=True, text=True, timeout=60)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def pin_status(mountpoint):
+    return json.loads(dbx("status", "--json", mountpoint).stdout).get("pins") or []
+
+
+def wait_until(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def test_a_pinned_folder_is_there_offline_and_follows_changes_online(tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    port = free_port()
+    args = ("--block-cache-dir", tmp_path / "blocks", "--block-cache-size", "256")
+    emulator = start_on(tree, port)
+    try:
+        m = Mount(emulator, tmp_path / "mnt", *map(str, args))
+        try:
+            out = dbx("pin", m.mountpoint / "Pinned").stdout
+            assert "pinned" in out
+            wait_until(lambda: any(p["complete"] for p in pin_status(m.mountpoint)), 60, "the pin to complete")
+            [pin] = pin_status(m.mountpoint)
+            served = sum(p.stat().st_size for p in (tree / "Pinned").rglob("*") if p.is_file())
+            assert pin["path"] == "/Pinned" and pin["bytes_total"] == served and pin["bytes_done"] == served
+            assert pin["files"] == 6
+            text = dbx("status", m.mountpoint).stdout
+            assert "pinned      /Pinned: complete" in text, text
+        finally:
+            m.unmount()
+    finally:
+        emulator.stop()
+
+    offline = Mount(emulator, tmp_path / "mnt", *map(str, args))
+    emulator = None
+    try:
+        mnt = offline.mountpoint
+        assert [p["path"] for p in pin_status(mnt)] == ["/Pinned"], "pins last across remounts"
+        result = subprocess.run(["diff", "-r", str(tree / "Pinned"), str(mnt / "Pinned")], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, (result.stdout[-1000:], result.stderr[-1000:])
+        started = time.monotonic()
+        with pytest.raises(OSError) as failure:
+            (mnt / "Other" / "big.bin").read_bytes()
+        assert failure.value.errno == errno.EIO
+        assert time.monotonic() - started < 2
+        assert json.loads(dbx("status", "--json", mnt).stdout)["change_feed"]["state"] == "offline"
+
+        (tree / "Pinned" / "Sub" / "notes.txt").write_bytes(b"second, from Dropbox\n")
+        emulator = start_on(tree, port)
+
+        def reads_new():
+            try:
+                return (mnt / "Pinned" / "Sub" / "notes.txt").read_bytes() == b"second, from Dropbox\n"
+            except OSError:
+                return False
+        wait_until(reads_new, 30, "the changed pinned file")
+        wait_until(lambda: all(p["complete"] for p in pin_status(mnt)), 30, "the pin to catch up with the new rev")
+    finally:
+        offline.unmount()
+        if emulator:
+            emulator.stop()
+
+
+def test_pinning_refuses_what_it_cannot_do_in_one_line(tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    emulator = start_on(tree, free_port())
+    try:
+        small = Mount(emulator, tmp_path / "small", "--block-cache-dir", str(tmp_path / "blocks"), "--block-cache-size", "4",
+                      cache_home=tmp_path / "cache-small")
+        plain = Mount(emulator, tmp_path / "plain", cache_home=tmp_path / "cache-plain")
+        try:
+            for path, expected in [
+                (tmp_path, "is not under a dbx-mount mount point"),
+                (small.mountpoint / "Other" / "big.bin", "is a file"),
+                (small.mountpoint / "Pinned", "needs 13 MiB in the block cache, which has room for 4 MiB"),
+                (plain.mountpoint / "Pinned", "mount with --block-cache-dir"),
+            ]:
+                result = dbx("pin", path, check=False)
+                assert result.returncode == 1, (path, result.stderr)
+                lines = result.stderr.strip().splitlines()
+                assert len(lines) == 1 and expected in lines[0], (path, result.stderr)
+            assert dbx("unpin", small.mountpoint / "Other", check=False).returncode == 1
+            assert pin_status(small.mountpoint) == []
+        finally:
+            small.unmount()
+            plain.unmount()
+    finally:
+        emulator.stop()
+
+
+def test_a_pin_given_at_mount_time_is_kept(tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    emulator = start_on(tree, free_port())
+    try:
+        m = Mount(emulator, tmp_path / "mnt", "-o", f"block_cache_dir={tmp_path / 'blocks'},pin=/Pinned")
+        try:
+            wait_until(lambda: any(p["complete"] for p in pin_status(m.mountpoint)), 60, "the pin to complete")
+            dbx("unpin", m.mountpoint / "Pinned")
+            assert pin_status(m.mountpoint) == []
+        finally:
+            m.unmount()
+    finally:
+        emulator.stop()
