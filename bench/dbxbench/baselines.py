@@ -47,6 +47,22 @@ def b_tail(ctx):
     return {"seconds": seconds, "bytes": _curl_fields(out)[0], "check": check}
 
 
+def b_pin_files(emulator, root, folder, timeout):
+    """curl of every file of `folder`, one after another, in one process (one kept-alive
+    connection), as a user without a mount would fetch a folder."""
+    files = sorted(p for p in (root / folder).iterdir() if p.is_file())
+    argv = ["curl", "-sS", "-f"]
+    for i, path in enumerate(files):
+        if i:
+            argv.append("--next")
+        argv += ["-o", "/dev/null", "-X", "POST", "-H", f"Authorization: Bearer {TOKEN}",
+                 "-H", "Dropbox-API-Arg: " + json.dumps({"path": "/" + str(path.relative_to(root))}),
+                 emulator.url + "/2/files/download"]
+    seconds, _, _ = run_tool(argv, timeout)
+    total = sum(p.stat().st_size for p in files)
+    return {"seconds": seconds, "bytes": total, "check": total}
+
+
 def remote_reference(ctx, block_size, seconds):
     """The best one-at-a-time remote reader: random Range requests of block_size over one
     keep-alive connection to the same emulator, for the same time as fio. Informational."""

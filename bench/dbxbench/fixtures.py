@@ -147,3 +147,25 @@ def _build_million(root, spec):
                 os.close(dir_fd)
             leaf_no += 1
     return f" ({count:,} files)"
+
+
+# The folder pin-1g pins (issue 18): 200 files of 5 MiB, 1,000 MiB in all, each 1 MiB block
+# distinct. Served by its own emulator.
+PINS = {"files": 200, "file_size": 5 * MiB}
+PINS_VERSION = 1
+
+
+def generate_pins(cache, spec):
+    return _build_once(cache, dict(spec, version=PINS_VERSION), "pin fixture", lambda root: _build_pins(root, spec))
+
+
+def _build_pins(root, spec):
+    folder = root / "Pinned"
+    folder.mkdir()
+    block = bytearray(random.Random(18).randbytes(MiB))
+    for i in range(spec["files"]):
+        with open(folder / f"file-{i:03d}.bin", "wb") as f:
+            for b in range(spec["file_size"] // MiB):
+                block[:16] = i.to_bytes(8, "little") + b.to_bytes(8, "little")
+                f.write(block)
+    return f": {spec['files']} files of {spec['file_size'] // MiB} MiB"

@@ -1,14 +1,17 @@
 """Measuring: repeats of baseline, cold and warm runs, the counters around each, and the medians
 and ratios that go into results.json."""
+import json
+import os
 import statistics
+import subprocess
 import time
 
-from .common import GiB, METADATA, READ, log
+from .common import BenchError, GiB, METADATA, READ, log
 from .processes import children_cpu_seconds, cpu_seconds, run_tool
-from .fixtures import MILLION, fixture_layout, generate_million, million_shape
+from .fixtures import MILLION, PINS, fixture_layout, generate_million, generate_pins, million_shape
 from .emulator import Emulator, make_tls
 from .mounts import Mount
-from .baselines import remote_reference
+from .baselines import b_pin_files, remote_reference
 from .workloads import Context, w_find_all, w_find_deep
 from .formatting import fmt_bytes
 
@@ -142,6 +145,8 @@ class Runner:
     def run_workload(self, workload):
         if workload.get("fixture") == "million":
             return self.run_list_million(workload)
+        if workload.get("fixture") == "pins":
+            return self.run_pin(workload)
         name, metric = workload["name"], workload["metric"]
         emulator, ctx, mount_args = self.emulator, self.ctx, list(self.args.mount_arg)
         if workload.get("tls"):
@@ -262,6 +267,64 @@ class Runner:
         result["fixture"] = dict(MILLION, folders=folders, files=files)
         result["emulator"] = served
         return result
+
+    def run_pin(self, workload):
+        """pin-1g: its own emulator over the pin fixture at the row's latency. Each repeat: curl
+        of the folder's files one after another (baseline); a fresh mount with a block cache,
+        settled, then `dbx-mount pin` timed until `status` says complete (cold); unpin and pin
+        again, everything cached (warm)."""
+        name = workload["name"]
+        root = generate_pins(self.args.fixtures.resolve() / "pins", PINS)
+        emulator = Emulator(self.bins / "dbx-emulator", root, self.latency_for(workload), None, self.logdir,
+                            name=f"emulator-{name}")
+        # The mount's control socket, and the status and pin commands that find it, live here.
+        runtime = self.workdir / "runtime"
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+        ctx = Context(self.args, self.spec, root, emulator, self.args.step_timeout)
+        cold, warm, baseline = [], [], []
+        try:
+            for repeat in range(self.args.repeats):
+                baseline.append(self.measured(lambda: b_pin_files(emulator, root, "Pinned", self.args.step_timeout),
+                                              emulator=emulator))
+                self.mount_count += 1
+                cache_home = self.workdir / f"cache-{self.mount_count}"
+                mountpoint = self.workdir / f"mnt-{self.mount_count}"
+                emulator.reset_stats()
+                mount = Mount(self.bins / "dbx-mount", emulator, mountpoint,
+                              [*self.args.mount_arg, "--block-cache-dir", str(cache_home / "blocks"),
+                               "--block-cache-size", "2048"],
+                              self.logdir / f"mount-{name}.log", cache_home)
+                try:
+                    emulator.wait_for_longpoll(self.args.step_timeout)
+                    cold.append(self.measured(lambda: self.pin_until_complete(mount, ctx), mount, emulator))
+                    run_tool([str(self.bins / "dbx-mount"), "unpin", str(mount.mountpoint / "Pinned")], self.args.step_timeout)
+                    warm.append(self.measured(lambda: self.pin_until_complete(mount, ctx), mount, emulator))
+                finally:
+                    mount.close()
+                log(f"  {name} #{repeat + 1}: baseline {self.describe(baseline[-1], 'time')}, "
+                    f"cold {self.describe(cold[-1], 'time')} (peak RSS {fmt_bytes(cold[-1]['peak_rss_bytes'])}), "
+                    f"warm {self.describe(warm[-1], 'time')}")
+        finally:
+            emulator.stop()
+        result = self.result(workload, baseline, cold, warm, settle=True)
+        result["fixture"] = dict(PINS)
+        return result
+
+    def pin_until_complete(self, mount, ctx):
+        """`dbx-mount pin` of the fixture's folder, then `status --json` until the pin is complete."""
+        binary = str(self.bins / "dbx-mount")
+        started = time.monotonic()
+        run_tool([binary, "pin", str(mount.mountpoint / "Pinned")], self.args.step_timeout)
+        while True:
+            _, out, _ = run_tool([binary, "status", "--json", str(mount.mountpoint)], 30, stdout=subprocess.PIPE)
+            pins = json.loads(out).get("pins") or []
+            if pins and all(p["complete"] for p in pins):
+                seconds = time.monotonic() - started
+                return {"seconds": seconds, "bytes": pins[0]["bytes_done"], "check": pins[0]["bytes_total"]}
+            if time.monotonic() - started > self.args.step_timeout:
+                raise BenchError(f"the pin did not complete within {self.args.step_timeout:.0f} s: {pins}")
+            time.sleep(0.1)
 
     def cold_listing(self, emulator, name):
         """Starts a fresh mount (empty cache) and waits for its first full listing. Returns the

@@ -16,7 +16,7 @@ from .baselines import b_par_read, b_seq_read, b_tail, b_ttfb
 class Context:
     def __init__(self, args, spec, root, emulator, timeout):
         self.args = args
-        self.tls = emulator.tls
+        self.tls = emulator.tls if emulator else None
         self.spec = spec
         self.root = root
         self.layout = fixture_layout(spec)
@@ -201,4 +201,10 @@ OPT_IN_WORKLOADS = [
              "that mount once listed; its line count must equal the served tree's",
      "baseline_what": "find over the served directory (1,000,001 lines)"},
 ]
+OPT_IN_WORKLOADS.append(
+    {"name": "pin-1g", "kind": READ, "metric": "time", "run": None, "baseline": None, "fixture": "pins", "latency_ms": 50,
+     "what": "dbx-mount pin of a folder of 200 files of 5 MiB (1,000 MiB), 50 ms per request, on a fresh mount with "
+             "a block cache once it has listed the account, until dbx-mount status says the pin is complete. "
+             "Warm: unpin and pin again (everything is cached already)",
+     "baseline_what": "one curl downloading the same 200 files one after another over one connection (--next)"})
 OPT_IN_NAMES = [w["name"] for w in OPT_IN_WORKLOADS]

@@ -1,7 +1,7 @@
 // Pinned folders: folders kept available offline. Every file under a pinned folder is kept whole
-// in the block cache, at its current rev: fetched in the background (one file at a time, in
-// 8 MiB Range requests through the read engine's own fetch, which reads and fills the block cache
-// as usual), fetched again when the change feed brings a new rev, and never evicted while pinned
+// in the block cache, at its current rev: fetched in the background (four files at a time, each in
+// 8 MiB Range requests one after another through the read engine's own fetch, which reads and
+// fills the block cache as usual: at most 32 MiB and four connections), fetched again when the change feed brings a new rev, and never evicted while pinned
 // (`BlockCache.setPinned`; blocks of an old rev become ordinary and age out). The list of pins is
 // kept in the block cache's folder (`pins.json`), so a remount goes on keeping them.
 //
@@ -12,6 +12,7 @@
 
 import DropboxClient
 import Foundation
+import Synchronization
 
 /// One pinned folder and how much of it is in the block cache.
 public struct PinStatus: Sendable, Equatable {
@@ -237,22 +238,42 @@ extension DropboxFilesystem {
                 continue
             }
             let total = files.reduce(UInt64(0)) { $0 + $1.size }
-            var done = files.reduce(UInt64(0)) { $0 + cache.cachedBytes(of: $1) }
-            pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: done))
-            for file in files where cache.cachedBytes(of: file) < file.size {
-                if stopped.load(ordering: .relaxed) || reachability.isUnreachable { return }
-                guard pins.list.contains(path) else { break }   // unpinned meanwhile
-                let before = cache.cachedBytes(of: file)
-                fetchWhole(file)
-                done += cache.cachedBytes(of: file) - min(before, cache.cachedBytes(of: file))
-                pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: done))
+            let done = Mutex(files.reduce(UInt64(0)) { $0 + cache.cachedBytes(of: $1) })
+            pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: done.withLock { $0 }))
+            let missing = files.filter { cache.cachedBytes(of: $0) < $0.size }
+            // `pinConcurrency` files at a time, each one request of at most 8 MiB at a time: a
+            // round trip per file no longer adds up file after file, and the memory stays bounded.
+            let next = Mutex(0)
+            let finished = DispatchGroup()
+            for _ in 0..<min(Self.pinConcurrency, missing.count) {
+                finished.enter()
+                let worker = Thread { [self] in
+                    defer { finished.leave() }
+                    while true {
+                        let index = next.withLock { i -> Int in defer { i += 1 }; return i }
+                        guard index < missing.count, !stopped.load(ordering: .relaxed), !reachability.isUnreachable,
+                              pins.list.contains(path) else { return }
+                        let file = missing[index]
+                        let before = cache.cachedBytes(of: file)
+                        fetchWhole(file)
+                        let after = cache.cachedBytes(of: file)
+                        let now = done.withLock { $0 += after - min(before, after); return $0 }
+                        pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: now))
+                    }
+                }
+                worker.name = "dbx-pin"
+                worker.start()
             }
+            finished.wait()
         }
     }
 
+    /// Pinned files fetched at once.
+    static let pinConcurrency = 4
+
     /// The blocks of `file` not in the cache yet, downloaded through the read engine (so they land
-    /// in the block cache) in parts of 8 MiB, one after another: a background job bounded to one
-    /// request and 8 MiB of memory at a time, beside whatever the user reads.
+    /// in the block cache) in parts of 8 MiB, one after another: one request and 8 MiB of memory
+    /// at a time per file, beside whatever the user reads.
     private func fetchWhole(_ file: ReadFile) {
         let stream = reader.open(file) { [weak self] in self?.isCurrentRev(file) ?? false }
         defer { reader.close(stream) }
