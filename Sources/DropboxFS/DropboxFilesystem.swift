@@ -78,7 +78,7 @@ public final class DropboxFilesystem: Sendable {
         self.reader = ReadEngine(api: api, options: options.readAhead, logger: logger,
                                  linkDown: { reachability.isUnreachable })
         self.listers = WorkerPool(name: "dbx-list", limit: options.listingConcurrency)
-        self.pins = options.readAhead.blockCacheDirectory.map { Pins(directory: $0) }
+        self.pins = options.readAhead.blockCacheDirectory.map { Pins(directory: $0, bandwidth: options.pinBandwidth) }
         self.thumbnailer = thumbnails.map { Thumbnailer(api: api, store: $0, options: options.thumbnails, logger: logger) }
     }
 

@@ -22,6 +22,9 @@ public struct FilesystemOptions: Sendable {
     /// Dropbox could not be reached when mounting and the tree comes from the persistent cache:
     /// what needs Dropbox fails at once until the change feed reaches it (`Reachability`).
     public var startsOffline = false
+    /// Bytes per second pinned folders may be fetched at, all pins together; nil: as fast as the
+    /// link and four files at a time allow (`--pin-bandwidth`).
+    public var pinBandwidth: UInt64?
     /// How thumbnails are fetched, when the mount keeps them (`--thumbnails`).
     public var thumbnails = ThumbnailOptions()
 

@@ -88,3 +88,14 @@ struct PinTests {
         #expect(cache.usage.bytes <= 4 << 20)
     }
 }
+
+@Suite("Pin pacing")
+struct PinPacerTests {
+    @Test func partsAreSpacedToStayUnderTheRate() {
+        var pacer = PinPacer(bytesPerSecond: 10 << 20)   // 10 MiB/s
+        #expect(pacer.reserve(8 << 20, now: 100) == 0, "the first part goes at once")
+        #expect(abs(pacer.reserve(8 << 20, now: 100) - 0.8) < 1e-9, "the next waits for the first's share")
+        #expect(abs(pacer.reserve(2 << 20, now: 101) - 0.6) < 1e-9)
+        #expect(pacer.reserve(1 << 20, now: 200) == 0, "an idle pacer does not save up")
+    }
+}

@@ -8,7 +8,6 @@ import os
 import random
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -140,5 +139,28 @@ def test_a_pin_given_at_mount_time_is_kept(tree, tmp_path, monkeypatch):
             assert pin_status(m.mountpoint) == []
         finally:
             m.unmount()
+    finally:
+        emulator.stop()
+
+
+def test_pin_bandwidth_caps_the_rate_and_bad_values_are_refused(tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    emulator = start_on(tree, free_port())
+    try:
+        m = Mount(emulator, tmp_path / "mnt", "--block-cache-dir", str(tmp_path / "blocks"), "--pin-bandwidth", "10")
+        try:
+            started = time.monotonic()
+            dbx("pin", m.mountpoint / "Pinned")
+            wait_until(lambda: any(p["complete"] for p in pin_status(m.mountpoint)), 60, "the pin to complete")
+            elapsed = time.monotonic() - started
+            # About 12.6 MB at 10 MB/s: the first part goes at once, the rest waits its share. A
+            # lower bound only: a slow machine can take longer, never shorter.
+            assert elapsed >= 0.8, f"pinned 12.6 MB in {elapsed:.2f} s under a 10 MB/s cap"
+        finally:
+            m.unmount()
+        for args in (["--pin-bandwidth", "0"], ["--pin-bandwidth=-3"], ["--pin-bandwidth", "lots"]):
+            result = subprocess.run([str(DBX_MOUNT), "-f", *args, str(tmp_path / "mnt")], capture_output=True, text=True,
+                                    timeout=30, env=dict(os.environ, DBX_ACCESS_TOKEN="x", DBX_API_URL=emulator.url))
+            assert result.returncode == 64 and len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
     finally:
         emulator.stop()

@@ -30,11 +30,19 @@ struct MetricsTests {
         let (mount, _) = try makeMount(metrics: metrics)
         metrics.operationEnded("read", seconds: 0.002, failed: false)
         metrics.operationEnded("getxattr", seconds: 0.0001, failed: true)
-        let text = String(decoding: metrics.exposition(of: mount), as: UTF8.self)
+        // A streamed download's duration is recorded when its call returns, which may be just after
+        // the read that consumed its bytes has been answered: wait for it rather than race it.
+        let downloadSeries = #"dbxmount_dropbox_request_duration_seconds_count{mount="/mnt/dropbox",route="files/download"} 1"#
+        var text = ""
+        for _ in 0..<500 {
+            text = String(decoding: metrics.exposition(of: mount), as: UTF8.self)
+            if text.contains(downloadSeries) { break }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
         #expect(text.contains(#"dbxmount_download_bytes_total{mount="/mnt/dropbox"} 10000"#), "\(text)")
         #expect(text.contains(#"dbxmount_dropbox_rate_limited_total{mount="/mnt/dropbox"} 1"#))
         #expect(text.contains(#"dbxmount_dropbox_requests_total{mount="/mnt/dropbox",route="files/list_folder"}"#))
-        #expect(text.contains(#"dbxmount_dropbox_request_duration_seconds_count{mount="/mnt/dropbox",route="files/download"} 1"#))
+        #expect(text.contains(downloadSeries))
         #expect(text.contains(#"dbxmount_fuse_operation_errors_total{mount="/mnt/dropbox",operation="getxattr"} 1"#))
         #expect(text.contains("# TYPE dbxmount_fuse_operation_duration_seconds histogram"))
         // A second scrape adds nothing that did not happen.

@@ -17,7 +17,7 @@ struct MountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, direct_io, metrics_addr=HOST:PORT, pin=PATH, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, direct_io, metrics_addr=HOST:PORT, pin=PATH, pin_bandwidth=MBPS, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -223,6 +223,7 @@ struct MountCommand: ParsableCommand {
             umask: try options.number("umask", radix: 8),
             caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
         filesystemOptions.readAhead = try readOptions.readAhead(options)
+        filesystemOptions.pinBandwidth = try readOptions.pinBandwidth(options)
         filesystemOptions.showExports = !(hideExports || options.settings["hide_exports"] != nil)
         if let listingConcurrency {
             guard (1...64).contains(listingConcurrency) else {
@@ -269,8 +270,9 @@ struct MountCommand: ParsableCommand {
         for path in readOptions.pins(options) {
             do throws(PinError) { try filesystem.keepPinned(path) } catch { fail("--pin \(path): \(error)", code: 64) }
         }
-        // The control socket for `dbx-mount status` and the metrics address, bound now so that a
-        // problem is one line here.
+        // The metrics address and the control socket for `dbx-mount status`, bound before mounting:
+        // an address the user asked for and cannot have is a usage error in one line; a socket
+        // that cannot be made is only a warning (below).
         if let metrics, let metricsAddress {
             do throws(MetricsServer.Failure) {
                 mount.attachMetrics(metrics, server: try MetricsServer(address: metricsAddress))
@@ -284,7 +286,9 @@ struct MountCommand: ParsableCommand {
                 mountpoint: absoluteMountpoint, account: "\(account.displayName) <\(account.email)>",
                 source: source.isEmpty ? "/" : source))
         } catch {
-            fail("the control socket: \(error)", code: 1)
+            // Status and pins are a window into the mount, not the mount: it goes on without them.
+            logger.warning("no control socket; dbx-mount status and pin will not reach this mount",
+                           metadata: ["error": "\(error)"])
         }
 
         var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]

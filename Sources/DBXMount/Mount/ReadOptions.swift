@@ -21,6 +21,25 @@ struct ReadOptions: ParsableArguments {
                                valueName: "path"))
     var pin: [String] = []
 
+    @Option(help: ArgumentHelp("MB/s pinned folders may be fetched at, all together (default: no limit; four files at a time).",
+                               valueName: "MB/s"))
+    var pinBandwidth: Int?
+
+    /// `--pin-bandwidth`, else `-o pin_bandwidth=`, in bytes per second; nil for no limit.
+    func pinBandwidth(_ list: MountOptionList) throws(UsageError) -> UInt64? {
+        let megabytes: UInt64
+        if let pinBandwidth {
+            guard pinBandwidth > 0 else { throw UsageError("--pin-bandwidth needs a positive number of MB/s, not \(pinBandwidth)") }
+            megabytes = UInt64(pinBandwidth)
+        } else if let value = try list.number("pin_bandwidth") {
+            guard value > 0 else { throw UsageError("pin_bandwidth needs a positive number of MB/s") }
+            megabytes = UInt64(value)
+        } else {
+            return nil
+        }
+        return megabytes * 1_000_000
+    }
+
     /// Folders to pin at mount time: the flags, and `-o pin=PATH`.
     func pins(_ list: MountOptionList) -> [String] {
         pin + (list.settings["pin"].map { [$0] } ?? [])

@@ -1,7 +1,8 @@
 // Pinned folders: folders kept available offline. Every file under a pinned folder is kept whole
 // in the block cache, at its current rev: fetched in the background (four files at a time, each in
 // 8 MiB Range requests one after another through the read engine's own fetch, which reads and
-// fills the block cache as usual: at most 32 MiB and four connections), fetched again when the change feed brings a new rev, and never evicted while pinned
+// fills the block cache as usual: at most 32 MiB and four connections; `--pin-bandwidth` spaces
+// the requests to stay under a rate), fetched again when the change feed brings a new rev, and never evicted while pinned
 // (`BlockCache.setPinned`; blocks of an old rev become ordinary and age out). The list of pins is
 // kept in the block cache's folder (`pins.json`), so a remount goes on keeping them.
 //
@@ -48,6 +49,22 @@ public enum PinError: Error, Equatable, CustomStringConvertible {
     private static func mebibytes(_ bytes: UInt64) -> UInt64 { (bytes + (1 << 20) - 1) >> 20 }
 }
 
+/// Spaces the parts pins fetch so that together they stay under a rate: each part reserves its
+/// bytes' share of time, and waits until its slot comes. A pure schedule over a given clock.
+struct PinPacer {
+    let bytesPerSecond: Double
+    private(set) var nextFree = -Double.infinity
+
+    init(bytesPerSecond: UInt64) { self.bytesPerSecond = Double(max(1, bytesPerSecond)) }
+
+    /// Seconds to wait, at `now`, before fetching `bytes`.
+    mutating func reserve(_ bytes: UInt64, now: Double) -> Double {
+        let start = max(now, nextFree)
+        nextFree = start + Double(bytes) / bytesPerSecond
+        return start - now
+    }
+}
+
 /// The pins and their progress, and the wake-up of the thread that fetches them.
 final class Pins: @unchecked Sendable {
     // `@unchecked Sendable`: every var is read and written under `condition`'s lock.
@@ -57,8 +74,11 @@ final class Pins: @unchecked Sendable {
     private var workWaiting = false
     /// `pins.json` in the block cache's folder.
     let file: String
+    /// Holds nil without `--pin-bandwidth`.
+    private let pacer: Mutex<PinPacer?>
 
-    init(directory: String) {
+    init(directory: String, bandwidth: UInt64? = nil) {
+        pacer = Mutex(bandwidth.map { PinPacer(bytesPerSecond: $0) })
         file = directory + "/pins.json"
         if let data = FileManager.default.contents(atPath: file),
            let saved = try? JSONSerialization.jsonObject(with: data) as? [String] {
@@ -67,6 +87,13 @@ final class Pins: @unchecked Sendable {
     }
 
     var list: [String] { condition.withLock { paths } }
+
+    /// Waits until fetching `bytes` more keeps the pins under their bandwidth.
+    func pace(_ bytes: UInt64) {
+        let now = Date().timeIntervalSinceReferenceDate
+        let wait = pacer.withLock { $0?.reserve(bytes, now: now) ?? 0 }
+        if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+    }
 
     var statuses: [PinStatus] {
         condition.withLock { paths.map { progress[$0.lowercased()] ?? PinStatus(path: $0, listed: false, files: 0, bytesTotal: 0, bytesDone: 0) } }
@@ -281,6 +308,7 @@ extension DropboxFilesystem {
         var offset: UInt64 = 0
         while offset < file.size, !stopped.load(ordering: .relaxed) {
             let part = Part(range: offset..<min(file.size, offset + step))
+            pins?.pace(UInt64(part.length))
             _ = part.claim()
             reader.fetch(part, of: stream)
             guard (try? part.wait(forPrefix: part.length)) == .ready else { return }
