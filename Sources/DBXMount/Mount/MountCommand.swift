@@ -136,6 +136,42 @@ struct MountCommand: ParsableCommand {
             logger.debug("ignoring mount options that concern mount(8), not dbx-mount",
                          metadata: ["options": "\(options.ignored.joined(separator: ","))"])
         }
+        // Every setting is checked before Dropbox is asked anything: a bad value is a usage error
+        // whether or not the token or the network is good.
+        let deadlineSeconds: UInt32
+        if let deadline {
+            guard let seconds = UInt32(exactly: deadline), seconds > 0 else {
+                throw UsageError("--deadline needs a positive number of seconds, not \(deadline)")
+            }
+            deadlineSeconds = seconds
+        } else {
+            deadlineSeconds = try options.number("deadline") ?? 120
+            guard deadlineSeconds > 0 else { throw UsageError("deadline needs a positive number of seconds") }
+        }
+        let ttlSeconds: UInt32
+        if let ttl {
+            guard let seconds = UInt32(exactly: ttl) else { throw UsageError("--ttl needs a number of seconds, not \(ttl)") }
+            ttlSeconds = seconds
+        } else {
+            ttlSeconds = try options.number("ttl") ?? 60
+        }
+        var filesystemOptions = FilesystemOptions(
+            rootPath: source, metadataTTL: .seconds(Int(ttlSeconds)),
+            uid: try options.number("uid") ?? getuid(), gid: try options.number("gid") ?? getgid(),
+            umask: try options.number("umask", radix: 8),
+            caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
+        filesystemOptions.readAhead = try readOptions.readAhead(options)
+        filesystemOptions.pinBandwidth = try readOptions.pinBandwidth(options)
+        filesystemOptions.showExports = !(hideExports || options.settings["hide_exports"] != nil)
+        if let listingConcurrency {
+            guard (1...64).contains(listingConcurrency) else {
+                throw UsageError("--listing-concurrency needs a number from 1 to 64, not \(listingConcurrency)")
+            }
+            filesystemOptions.listingConcurrency = listingConcurrency
+        } else if let value = try options.number("listing_concurrency") {
+            guard (1...64).contains(value) else { throw UsageError("listing_concurrency needs a number from 1 to 64, not \(value)") }
+            filesystemOptions.listingConcurrency = Int(value)
+        }
         // Idle handles keep their TLS connections: as many as the read engine's parallel requests,
         // so a stream's next parts never pay a new handshake.
         let transport = CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"],
@@ -174,16 +210,6 @@ struct MountCommand: ParsableCommand {
         // Once mounted, each failed call logs one line (with Dropbox's request id); before, the
         // command's own one-line message says it.
         let pathRoot = namespace.isEmpty ? nil : #"{".tag":"root","root":"\#(namespace)"}"#
-        let deadlineSeconds: UInt32
-        if let deadline {
-            guard let seconds = UInt32(exactly: deadline), seconds > 0 else {
-                throw UsageError("--deadline needs a positive number of seconds, not \(deadline)")
-            }
-            deadlineSeconds = seconds
-        } else {
-            deadlineSeconds = try options.number("deadline") ?? 120
-            guard deadlineSeconds > 0 else { throw UsageError("deadline needs a positive number of seconds") }
-        }
         var mountedPolicy = RetryPolicy.standard
         mountedPolicy.callDeadline = Double(deadlineSeconds)
         guard let resolved = realpath(mountpoint, nil) else {
@@ -210,30 +236,6 @@ struct MountCommand: ParsableCommand {
             }
         }
 
-        let ttlSeconds: UInt32
-        if let ttl {
-            guard let seconds = UInt32(exactly: ttl) else { throw UsageError("--ttl needs a number of seconds, not \(ttl)") }
-            ttlSeconds = seconds
-        } else {
-            ttlSeconds = try options.number("ttl") ?? 60
-        }
-        var filesystemOptions = FilesystemOptions(
-            rootPath: source, metadataTTL: .seconds(Int(ttlSeconds)),
-            uid: try options.number("uid") ?? getuid(), gid: try options.number("gid") ?? getgid(),
-            umask: try options.number("umask", radix: 8),
-            caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
-        filesystemOptions.readAhead = try readOptions.readAhead(options)
-        filesystemOptions.pinBandwidth = try readOptions.pinBandwidth(options)
-        filesystemOptions.showExports = !(hideExports || options.settings["hide_exports"] != nil)
-        if let listingConcurrency {
-            guard (1...64).contains(listingConcurrency) else {
-                throw UsageError("--listing-concurrency needs a number from 1 to 64, not \(listingConcurrency)")
-            }
-            filesystemOptions.listingConcurrency = listingConcurrency
-        } else if let value = try options.number("listing_concurrency") {
-            guard (1...64).contains(value) else { throw UsageError("listing_concurrency needs a number from 1 to 64, not \(value)") }
-            filesystemOptions.listingConcurrency = Int(value)
-        }
         // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
         let store: DeferredStore? = !caching ? nil : DeferredStore(
             directory: cacheDirectory,
