@@ -76,6 +76,8 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("team-home"), help: "Team mode: the home folder under --root.") var teamHome: String = "Home"
     @Option(name: .customLong("range-past-end"), help: "Answer for a range past the end: 416 or 409.") var rangePastEnd: String = "416"
     @Option(name: .customLong("longpoll-backoff"), help: "Seconds of backoff sent with every longpoll answer.") var longpollBackoff: Int?
+    @Option(name: .customLong("shared-link"), help: ArgumentHelp("Publish a served folder or file as a shared link, with a password after a colon (repeatable); the URLs are printed at start.", valueName: "path[:password]")) var sharedLinks: [String] = []
+    @Flag(name: .customLong("link-ignores-range"), help: "sharing/get_shared_link_file answers a whole 200 whatever Range asks (knob link_range).") var linkIgnoresRange = false
     @Option(name: .customLong("longpoll-max-wait"), help: "Cap, in seconds, on how long longpoll waits.") var longpollMaxWait: Int?
 
     func validate() throws {
@@ -117,6 +119,11 @@ struct Serve: ParsableCommand {
         c.rangePastEnd = RangePastEnd(rawValue: rangePastEnd) ?? .status416
         c.longpollBackoff = longpollBackoff
         c.longpollMaxWait = longpollMaxWait
+        c.sharedLinkRange = !linkIgnoresRange
+        c.sharedLinks = sharedLinks.map { spec in
+            guard let colon = spec.firstIndex(of: ":") else { return (spec, nil) }
+            return (String(spec[..<colon]), String(spec[spec.index(after: colon)...]))
+        }
 
         // Block the signals in every thread (the server's threads inherit this mask) and take
         // them synchronously below, so shutdown runs on this thread and nothing is async-unsafe.
@@ -133,6 +140,7 @@ struct Serve: ParsableCommand {
             throw ValidationError("cannot start: \(error)")
         }
         print("dbx-emulator listening on \(server.baseURL)")
+        for (spec, url) in zip(c.sharedLinks, server.sharedLinkURLs) { print("shared link \(spec.path): \(url)") }
         fflush(nil)  // all streams; naming `stdout` is a shared-mutable-state error in Swift 6
         var received: Int32 = 0
         sigwait(&signals, &received)

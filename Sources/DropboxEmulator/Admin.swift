@@ -12,6 +12,8 @@ enum Admin {
         case (.POST, "/__admin/expire_cursors"):
             app.router.index.expireCursors()
             return .json(.null)
+        case (.GET, "/__admin/shared_links"), (.POST, "/__admin/shared_links"):
+            return sharedLinks(request, app: app)
         case (.GET, "/__admin/knobs"):
             return .json(app.state.currentKnobs.json)
         case (.POST, "/__admin/knobs"):

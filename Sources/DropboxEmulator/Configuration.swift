@@ -46,6 +46,10 @@ public struct EmulatorConfiguration: Sendable {
     public var tlsCertificatePath: String? = nil
     public var tlsKeyPath: String? = nil
     public var rangePastEnd: RangePastEnd = .status416
+    /// Served paths published as shared links at start, each with an optional password.
+    public var sharedLinks: [(path: String, password: String?)] = []
+    /// Whether sharing/get_shared_link_file honours Range (the `link_range` knob).
+    public var sharedLinkRange: Bool = true
     /// When set, every longpoll answer carries `backoff` with this many seconds.
     public var longpollBackoff: Int? = nil
     /// Upper bound for longpoll's wait, in seconds; the API's minimum timeout is 30 s, which

@@ -12,6 +12,8 @@ struct Knobs: Sendable {
     var rangePastEnd: RangePastEnd
     var longpollBackoff: Int?
     var longpollMaxWait: Int?
+    /// Whether sharing/get_shared_link_file honours Range (false: a whole 200, which a client must cope with).
+    var linkRange: Bool
 
     init(_ c: EmulatorConfiguration) {
         latency = c.latency
@@ -23,6 +25,7 @@ struct Knobs: Sendable {
         rangePastEnd = c.rangePastEnd
         longpollBackoff = c.longpollBackoff
         longpollMaxWait = c.longpollMaxWait
+        linkRange = c.sharedLinkRange
     }
 
     var json: JSON {
@@ -36,6 +39,7 @@ struct Knobs: Sendable {
             ("range_past_end", .string(rangePastEnd.rawValue)),
             ("longpoll_backoff", longpollBackoff.map { .int(Int64($0)) } ?? .null),
             ("longpoll_max_wait", longpollMaxWait.map { .int(Int64($0)) } ?? .null),
+            ("link_range", .bool(linkRange)),
         ])
     }
 
@@ -72,6 +76,9 @@ struct Knobs: Sendable {
             case "page_size":
                 guard let v = value.intValue, v >= 1 else { return "page_size: expected a positive integer" }
                 pageSizeCap = Int(v)
+            case "link_range":
+                guard let b = value.boolValue else { return "link_range: expected a boolean" }
+                linkRange = b
             case "range_past_end":
                 guard let s = value.stringValue, let r = RangePastEnd(rawValue: s) else { return "range_past_end: expected \"416\" or \"409\"" }
                 rangePastEnd = r

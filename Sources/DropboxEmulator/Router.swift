@@ -15,6 +15,7 @@ final class Router: Sendable {
     let auth: AuthStore
     let server: ServerState
     let configuration: EmulatorConfiguration
+    let sharedLinks = SharedLinkRegistry()
 
     static let accountID = "dbid:AAH4f99T0taONIb-OurWxbNQ6ywGRopQngc"
     static let homeNamespace = "3235641"
@@ -34,6 +35,7 @@ final class Router: Sendable {
         "files/list_folder/longpoll": .rpc, "files/get_metadata": .rpc, "files/download": .download,
         "files/export": .download, "files/get_thumbnail_batch": .rpc, "files/get_thumbnail_v2": .download,
         "users/get_current_account": .rpc, "users/get_space_usage": .rpc, "auth/token/revoke": .rpc,
+        "sharing/get_shared_link_metadata": .rpc, "sharing/get_shared_link_file": .download,
     ]
     static let voidRoutes: Set<String> = ["users/get_current_account", "users/get_space_usage", "auth/token/revoke"]
 
@@ -120,11 +122,15 @@ final class Router: Sendable {
                 return .badInput(route, "\(place): could not decode input as JSON")
             }
             if route == "files/get_thumbnail_v2" { return thumbnailV2(arg: parsed, place: place, request: request, route: route) }
+            if route == "sharing/get_shared_link_file" { return getSharedLinkFile(arg: parsed, place: place, request: request, route: route) }
             return handleDownload(route: route, arg: parsed, place: place, request: request)
         }
 
         switch route {
+        case "files/list_folder" where !(arg["shared_link"]?.isNull ?? true):
+            return listSharedLinkFolder(arg: arg, route: route)
         case "files/list_folder": return listFolder(arg: arg, request: request, latestOnly: false, route: route)
+        case "sharing/get_shared_link_metadata": return getSharedLinkMetadata(arg: arg, route: route)
         case "files/list_folder/get_latest_cursor": return listFolder(arg: arg, request: request, latestOnly: true, route: route)
         case "files/list_folder/continue": return listFolderContinue(arg: arg, route: route)
         case "files/list_folder/longpoll": return longpoll(arg: arg, route: route, eventLoop: eventLoop)
@@ -274,16 +280,21 @@ final class Router: Sendable {
 
     // MARK: Metadata
 
-    func metadata(_ e: EntrySnapshot, base: Int, tagged: Bool = true) -> JSON {
+    /// `withPaths` false: an entry seen through a shared link, which carries no path (the spec:
+    /// null when the entry is not mounted in the caller's Dropbox).
+    func metadata(_ e: EntrySnapshot, base: Int, tagged: Bool = true, withPaths: Bool = true) -> JSON {
         let rel = e.components.dropFirst(base)
         let display = "/" + rel.joined(separator: "/")
+        func paths() -> [(String, JSON)] {
+            withPaths ? [("path_lower", .string(display.lowercased())), ("path_display", .string(display))] : []
+        }
         var pairs: [(String, JSON)] = []
         switch e.kind {
         case .file:
             if tagged { pairs.append((".tag", .string("file"))) }
             pairs += [
                 ("name", .string(e.name)), ("id", .string(e.id)),
-                ("path_lower", .string(display.lowercased())), ("path_display", .string(display)),
+            ] + paths() + [
                 ("client_modified", .string(dropboxTimestamp(e.clientModified))),
                 ("server_modified", .string(dropboxTimestamp(e.serverModified))),
                 ("rev", .string(e.rev)), ("size", .int(Int64(e.size))),
@@ -298,13 +309,10 @@ final class Router: Sendable {
             if let hash = e.contentHash { pairs.append(("content_hash", .string(hash))) }
         case .folder:
             if tagged { pairs.append((".tag", .string("folder"))) }
-            pairs += [
-                ("name", .string(e.name)), ("id", .string(e.id)),
-                ("path_lower", .string(display.lowercased())), ("path_display", .string(display)),
-            ]
+            pairs += [("name", .string(e.name)), ("id", .string(e.id))] + paths()
         case .deleted:
             if tagged { pairs.append((".tag", .string("deleted"))) }
-            pairs += [("name", .string(e.name)), ("path_lower", .string(display.lowercased())), ("path_display", .string(display))]
+            pairs += [("name", .string(e.name))] + paths()
         }
         return .object(pairs)
     }

@@ -24,6 +24,9 @@ public final class DropboxEmulatorServer: Sendable {
     /// "http://127.0.0.1:PORT", or https when TLS is configured.
     public let baseURL: String
     public let port: Int
+    private let router: Router
+    /// URLs of the links `EmulatorConfiguration.sharedLinks` published, in its order.
+    public let sharedLinkURLs: [String]
 
     public static func start(_ configuration: EmulatorConfiguration) throws -> DropboxEmulatorServer {
         try DropboxEmulatorServer(configuration)
@@ -50,8 +53,18 @@ public final class DropboxEmulatorServer: Sendable {
         let pool = NIOThreadPool(numberOfThreads: max(8, System.coreCount * 2))
         pool.start()
         let state = ServerState(configuration: configuration)
+        let router = Router(index: index, auth: AuthStore(configuration: configuration), server: state, configuration: configuration)
+        var linkURLs: [String] = []
+        for link in configuration.sharedLinks {
+            do {
+                linkURLs.append(try router.sharedLinks.publish(path: link.path, password: link.password, expires: nil, index: index))
+            } catch {
+                index.stop()
+                throw EmulatorError.sharedLink("\(error)")
+            }
+        }
         let app = App(
-            router: Router(index: index, auth: AuthStore(configuration: configuration), server: state, configuration: configuration),
+            router: router,
             state: state, threadPool: pool, usesTLS: sslContext != nil
         )
         let connections = ConnectionSet()
@@ -84,10 +97,18 @@ public final class DropboxEmulatorServer: Sendable {
         self.threadPool = pool
         self.listener = listener
         self.index = index
+        self.router = router
+        self.sharedLinkURLs = linkURLs
         self.connections = connections
         self.port = listener.localAddress?.port ?? configuration.port
         let host = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
         self.baseURL = "\(sslContext == nil ? "http" : "https")://\(host):\(port)"
+    }
+
+    /// Publishes a served path as a shared link (see `POST /__admin/shared_links`) and returns its URL.
+    public func publishSharedLink(path: String, password: String? = nil, expires: Int? = nil) throws -> String {
+        index.drain()
+        return try router.sharedLinks.publish(path: path, password: password, expires: expires, index: index)
     }
 
     /// Closes the listener and every connection, then joins all threads. Idempotent.
@@ -189,7 +210,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         app.state.countRequest(route)
-        let isDownload = route == "files/download" || route == "files/export"
+        let isDownload = route == "files/download" || route == "files/export" || route == "sharing/get_shared_link_file"
         let proceed = { [app] in
             if !app.state.admitRequest() {
                 self.respond(context: context, reply: .rateLimited(), keepAlive: keepAlive, download: false)

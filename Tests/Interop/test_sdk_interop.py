@@ -83,14 +83,16 @@ def emulator(tmp_path):
     certs = make_ca_and_cert(str(tmp_path))
     proc = subprocess.Popen(
         [BINARY, "--root", str(served), "--port", "0", "--tls-cert", certs["cert.pem"], "--tls-key", certs["key.pem"],
-         "--refresh-token", "interop-refresh", "--app-key", "interop-app", "--token-lifetime", "2"],
+         "--refresh-token", "interop-refresh", "--app-key", "interop-app", "--token-lifetime", "2",
+         "--shared-link", "/Docs", "--shared-link", "/Docs/Deep/inner.bin:s3cret"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         line = proc.stdout.readline().strip()
         assert line.startswith("dbx-emulator listening on https://127.0.0.1:"), (line, proc.stderr.read())
         port = line.rsplit(":", 1)[1]
-        yield {"port": port, "ca": certs["ca.pem"], "served": served}
+        links = [proc.stdout.readline().strip().split(": ", 1)[1] for _ in range(2)]
+        yield {"port": port, "ca": certs["ca.pem"], "served": served, "links": links}
     finally:
         proc.terminate()
         try:
@@ -107,6 +109,7 @@ def run_sdk(emulator, body):
     env.update({
         "DROPBOX_API_HOST": host, "DROPBOX_API_CONTENT_HOST": host, "DROPBOX_API_NOTIFY_HOST": host,
         "REQUESTS_CA_BUNDLE": emulator["ca"], "SERVED": str(emulator["served"]),
+        "FOLDER_LINK": emulator["links"][0], "FILE_LINK": emulator["links"][1],
         "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
     })
     script = "import os, sys, time, json\nimport dropbox\n" + textwrap.dedent(body)
@@ -295,3 +298,50 @@ def test_thumbnails_batch_and_v2(emulator):
         print("ok")
     """)
     assert "ok" in out
+
+
+def test_shared_links(emulator):
+    run_sdk(emulator, """
+        dbx = dropbox.Dropbox("emulator-token")
+        served = os.environ["SERVED"]
+        folder_url, file_url = os.environ["FOLDER_LINK"], os.environ["FILE_LINK"]
+        meta = dbx.sharing_get_shared_link_metadata(folder_url)
+        assert isinstance(meta, dropbox.sharing.FolderLinkMetadata) and meta.name == "Docs", meta
+        inner = dbx.sharing_get_shared_link_metadata(folder_url, path="/Deep/inner.bin")
+        assert isinstance(inner, dropbox.sharing.FileLinkMetadata) and inner.size == 256 * 4099 and inner.rev
+        # A link's folder is listed one level at a time, paths relative to the link, entries without paths.
+        link = dropbox.files.SharedLink(url=folder_url)
+        res = dbx.files_list_folder("", shared_link=link, limit=3)
+        entries = list(res.entries)
+        while res.has_more:
+            res = dbx.files_list_folder_continue(res.cursor)
+            entries += res.entries
+        assert sorted(e.name for e in entries) == sorted([f"file{i}.txt" for i in range(7)] + ["Deep"])
+        assert all(e.path_lower is None and e.path_display is None for e in entries)
+        deep = dbx.files_list_folder("/Deep", shared_link=link)
+        assert [e.name for e in deep.entries] == ["inner.bin"]
+        got, resp = dbx.sharing_get_shared_link_file(folder_url, path="/file3.txt")
+        assert resp.content == b"content 3\\n" and got.size == 10
+        for bad_call, check in (
+            (lambda: dbx.sharing_get_shared_link_metadata(folder_url.replace("rlkey=", "rlkey=x")),
+             lambda e: e.is_shared_link_not_found()),
+            (lambda: dbx.sharing_get_shared_link_file(folder_url), lambda e: e.is_shared_link_is_directory()),
+            (lambda: dbx.sharing_get_shared_link_file(file_url), lambda e: e.is_shared_link_access_denied()),
+            (lambda: dbx.sharing_get_shared_link_file(file_url, link_password="wrong"), lambda e: e.is_shared_link_access_denied()),
+        ):
+            try:
+                bad_call()
+                raise SystemExit("expected ApiError")
+            except dropbox.exceptions.ApiError as e:
+                assert check(e.error), e.error
+        # The password-protected file link, whole and by Range.
+        whole = open(os.path.join(served, "Docs/Deep/inner.bin"), "rb").read()
+        meta, resp = dbx.sharing_get_shared_link_file(file_url, link_password="s3cret")
+        assert isinstance(meta, dropbox.sharing.FileLinkMetadata) and resp.content == whole
+        import requests
+        arg = json.dumps({"url": file_url, "link_password": "s3cret"})
+        r = requests.post(f"https://{os.environ['DROPBOX_API_CONTENT_HOST']}/2/sharing/get_shared_link_file",
+                          headers={"Authorization": "Bearer emulator-token", "Dropbox-API-Arg": arg, "Range": "bytes=1000-1999"})
+        assert r.status_code == 206 and r.content == whole[1000:2000], r.status_code
+        print("ok")
+    """)

@@ -162,11 +162,13 @@ final class FileIndex: Sendable {
 enum EmulatorError: Error, CustomStringConvertible {
     case badRoot(String)
     case tls(String)
+    case sharedLink(String)
 
     var description: String {
         switch self {
         case .badRoot(let path): return "root \(path) is not a readable directory"
         case .tls(let message): return "TLS: \(message)"
+        case .sharedLink(let message): return "shared link: \(message)"
         }
     }
 }

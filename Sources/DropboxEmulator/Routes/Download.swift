@@ -30,54 +30,61 @@ extension Router {
                 return .routeError(["unsupported_file"])
             }
 
-            let fd = open(index.realPath(found.components), O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { return .routeError(["path", "not_found"]) }
-            var st = stat()
-            fstat(fd, &st)
-            let size = Int64(st.st_size)
-            var entry = index.withHashes([found])[0]
-            entry.size = UInt64(size)
-            let result: JSON
-            if route == "files/export" {
-                let stem = entry.name.dropLast(".paper".count)
-                result = .object([
-                    ("export_metadata", .object([
-                        ("name", .string(stem + (exportFormat == "html" ? ".html" : ".md"))),
-                        ("size", .int(size)),
-                        ("export_hash", entry.contentHash.map { .string($0) } ?? .null),
-                    ])),
-                    ("file_metadata", metadata(entry, base: base.count, tagged: false)),
-                ])
-            } else {
+            return serveFile(found, request: request, honourRange: true) { entry in
+                if route == "files/export" {
+                    let stem = entry.name.dropLast(".paper".count)
+                    return .object([
+                        ("export_metadata", .object([
+                            ("name", .string(stem + (exportFormat == "html" ? ".html" : ".md"))),
+                            ("size", .int(Int64(entry.size))),
+                            ("export_hash", entry.contentHash.map { .string($0) } ?? .null),
+                        ])),
+                        ("file_metadata", metadata(entry, base: base.count, tagged: false)),
+                    ])
+                }
                 // Real download responses carry FileMetadata without ".tag".
-                result = metadata(entry, base: base.count, tagged: false)
-            }
-            var headers: HTTPHeaders = [
-                "Dropbox-API-Result": result.serialized(asciiOnly: true),
-                "Accept-Ranges": "bytes",
-                "ETag": "W/\"\(entry.rev)\"",
-            ]
-            if let inm = request.headers.first(name: "If-None-Match"),
-               inm.split(separator: ",").contains(where: { $0.trimmingCharacters(in: " ") == "W/\"\(entry.rev)\"" || $0.trimmingCharacters(in: " ") == "\"\(entry.rev)\"" || $0.trimmingCharacters(in: " ") == "*" }) {
-                close(fd)
-                return .empty(.notModified, headers)
-            }
-            headers.add(name: "Content-Type", value: "application/octet-stream")
-            switch Router.parseRange(request.headers.first(name: "Range"), size: size) {
-            case .none:
-                return .file(.ok, headers, FileBody(fd: fd, offset: 0, length: size))
-            case .some(.some(let range)):
-                headers.add(name: "Content-Range", value: "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(size)")
-                return .file(.partialContent, headers, FileBody(fd: fd, offset: range.lowerBound, length: range.upperBound - range.lowerBound))
-            case .some(.none):
-                close(fd)
-                if server.currentKnobs.rangePastEnd == .route409 { return .routeError(["range", "not_satisfiable"]) }
-                var h: HTTPHeaders = ["Content-Range": "bytes */\(size)"]
-                h.add(name: "Accept-Ranges", value: "bytes")
-                return .text(.rangeNotSatisfiable, "Requested range not satisfiable", h)
+                return metadata(entry, base: base.count, tagged: false)
             }
         } catch {
             return error.reply
+        }
+    }
+
+    /// A file's bytes as a download route answers them: `Dropbox-API-Result` from `result` (given
+    /// the entry with its size as opened and its hash), ETag and If-None-Match, and Range unless
+    /// `honourRange` is false (then the whole file, 200).
+    func serveFile(_ found: EntrySnapshot, request: EmulatorRequest, honourRange: Bool,
+                   result: (EntrySnapshot) -> JSON) -> Reply {
+        let fd = open(index.realPath(found.components), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return .routeError(["path", "not_found"]) }
+        var st = stat()
+        fstat(fd, &st)
+        let size = Int64(st.st_size)
+        var entry = index.withHashes([found])[0]
+        entry.size = UInt64(size)
+        var headers: HTTPHeaders = [
+            "Dropbox-API-Result": result(entry).serialized(asciiOnly: true),
+            "Accept-Ranges": "bytes",
+            "ETag": "W/\"\(entry.rev)\"",
+        ]
+        if let inm = request.headers.first(name: "If-None-Match"),
+           inm.split(separator: ",").contains(where: { $0.trimmingCharacters(in: " ") == "W/\"\(entry.rev)\"" || $0.trimmingCharacters(in: " ") == "\"\(entry.rev)\"" || $0.trimmingCharacters(in: " ") == "*" }) {
+            close(fd)
+            return .empty(.notModified, headers)
+        }
+        headers.add(name: "Content-Type", value: "application/octet-stream")
+        switch honourRange ? Router.parseRange(request.headers.first(name: "Range"), size: size) : nil {
+        case .none:
+            return .file(.ok, headers, FileBody(fd: fd, offset: 0, length: size))
+        case .some(.some(let range)):
+            headers.add(name: "Content-Range", value: "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(size)")
+            return .file(.partialContent, headers, FileBody(fd: fd, offset: range.lowerBound, length: range.upperBound - range.lowerBound))
+        case .some(.none):
+            close(fd)
+            if server.currentKnobs.rangePastEnd == .route409 { return .routeError(["range", "not_satisfiable"]) }
+            var h: HTTPHeaders = ["Content-Range": "bytes */\(size)"]
+            h.add(name: "Accept-Ranges", value: "bytes")
+            return .text(.rangeNotSatisfiable, "Requested range not satisfiable", h)
         }
     }
 

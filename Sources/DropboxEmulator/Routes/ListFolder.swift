@@ -20,6 +20,8 @@ extension Router {
         var limit: Int?
         var seq: UInt64
         var resume: [String]?
+        /// The shared link listed, for a link listing (its entries carry no paths).
+        var link: String? = nil
 
         var encoded: String {
             var pairs: [(String, JSON)] = [
@@ -29,10 +31,12 @@ extension Router {
             ]
             if let limit { pairs.append(("l", .int(Int64(limit)))) }
             if let resume { pairs.append(("k", .array(resume.map { .string($0) }))) }
+            if let link { pairs.append(("L", .string(link))) }
             return "AAE" + base64URL(Array(JSON.object(pairs).serialized().utf8))
         }
 
-        init(boot: UInt64, epoch: Int, base: Int, folder: [String], recursive: Bool, includeNonDownloadable: Bool, limit: Int?, seq: UInt64, resume: [String]?) {
+        init(boot: UInt64, epoch: Int, base: Int, folder: [String], recursive: Bool, includeNonDownloadable: Bool, limit: Int?, seq: UInt64, resume: [String]?, link: String? = nil) {
+            self.link = link
             self.boot = boot; self.epoch = epoch; self.base = base; self.folder = folder; self.recursive = recursive
             self.includeNonDownloadable = includeNonDownloadable; self.limit = limit; self.seq = seq; self.resume = resume
         }
@@ -50,6 +54,7 @@ extension Router {
             self.includeNonDownloadable = nd; self.seq = seq
             self.limit = json["l"]?.intValue.map { Int($0) }
             if case .array(let k)? = json["k"] { resume = k.compactMap(\.stringValue) } else { resume = nil }
+            link = json["L"]?.stringValue
         }
     }
 
@@ -134,7 +139,7 @@ extension Router {
                                  includeNonDownloadable: cursor.includeNonDownloadable)
             next.seq = page.seq
         }
-        let entries = index.withHashes((leading.map { [$0] } ?? []) + page.entries).map { metadata($0, base: cursor.base) }
+        let entries = index.withHashes((leading.map { [$0] } ?? []) + page.entries).map { metadata($0, base: cursor.base, withPaths: cursor.link == nil) }
         return .json(.object([
             ("entries", .array(entries)),
             ("cursor", .string(next.encoded)),
@@ -158,6 +163,7 @@ extension Router {
     func listFolderContinue(arg: JSON, route: String) -> Reply {
         do {
             let cursor = try cursorArg(arg, route: route).get()
+            if let link = cursor.link, sharedLinks.find(url: link) == nil { return .routeError(["path", "not_found"]) }
             if !cursor.folder.isEmpty {
                 guard let folder = index.lookup(lower: cursor.folder), folder.kind == .folder else {
                     return .routeError(["path", "not_found"])
