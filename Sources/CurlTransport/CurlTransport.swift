@@ -10,8 +10,9 @@
 // Safety. TLS peer and host verification are always on for https; plain http exists for the
 // emulator on 127.0.0.1. Only http and https are allowed, redirects are not followed, and
 // `CURLOPT_NOSIGNAL` keeps curl's DNS timeouts from raising signals in a process with many threads.
-// A response body is capped per request (`HTTPRequest.maxResponseBytes`): curl refuses a larger
-// `Content-Length` up front, and the write callback stops a chunked or lying body at the cap.
+// A buffered response body is capped per request (`HTTPRequest.maxResponseBytes`): curl refuses a
+// larger `Content-Length` up front, and the write callback stops a chunked or lying body at the cap;
+// a streamed body is its receiver's to bound.
 // A body cut short of its `Content-Length` is curl error 18 (PARTIAL_FILE), reported as
 // `.failed`. Header values are never logged or put in errors, so an `Authorization` header
 // cannot leak.
@@ -165,7 +166,13 @@ public final class CurlTransport: HTTPTransport {
         try check(dbx_curl_setopt_long(h, CURLOPT_TIMEOUT_MS, timeoutMS), "CURLOPT_TIMEOUT_MS")
         try check(dbx_curl_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, min(timeoutMS, Self.milliseconds(connectTimeout))),
                   "CURLOPT_CONNECTTIMEOUT_MS")
-        try check(dbx_curl_setopt_off(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(sink.limit)), "CURLOPT_MAXFILESIZE_LARGE")
+        if sink.receiver == nil {
+            // Streamed bodies are bounded by their receiver (a ranged download stops at its
+            // range's end, even in a whole-file 200), and buffered ones by the write callback.
+            try check(dbx_curl_setopt_off(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(sink.limit)), "CURLOPT_MAXFILESIZE_LARGE")
+        } else {
+            try check(dbx_curl_setopt_off(h, CURLOPT_MAXFILESIZE_LARGE, 0), "CURLOPT_MAXFILESIZE_LARGE")
+        }
         if sink.receiver != nil {
             // Fewer, larger write callbacks for streamed downloads (curl's default is 16 KiB).
             try check(dbx_curl_setopt_long(h, CURLOPT_BUFFERSIZE, Self.streamBufferSize), "CURLOPT_BUFFERSIZE")

@@ -15,18 +15,26 @@ extension DropboxHTTPClient {
 
     public func download(path: String, range: Range<UInt64>,
                          into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
+        try rangedDownload(route: "files/download", arg: .object(["path": .string(path)]), range: range, into: consumer)
+    }
+
+    /// `range` of a download-style route's file (`files/download`, `sharing/get_shared_link_file`),
+    /// streamed to `consumer`: a 206 is checked and streamed, a whole-file 200 (a server that
+    /// ignores Range) is cut to the range, a cut body is resumed from where it stopped.
+    func rangedDownload(route: String, arg argument: JSONValue, expectedRev: String? = nil, range: Range<UInt64>,
+                        into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
         guard !range.isEmpty else { return 0 }
         let wanted = range.upperBound - range.lowerBound
         let cap = max(min(wanted, Self.maxDownloadBytes), Self.wholeFileAllowance)
-        let arg = JSONWriter.encode(.object(["path": .string(path)]), headerSafe: true)
-        let url = endpoints.url(endpoints.content, route: "files/download")
+        let arg = JSONWriter.encode(argument, headerSafe: true)
+        let url = endpoints.url(endpoints.content, route: route)
         return try withoutActuallyEscaping(consumer) { consumer throws(DropboxError) -> UInt64 in
-            let receiver = RangeReceiver(range: range, consumer: consumer)
+            let receiver = RangeReceiver(range: range, expectedRev: expectedRev, consumer: consumer)
             let response: HTTPResponse
             do throws(DropboxError) {
                 // A retry after a body was cut short asks only for the rest: `nextOffset` moves
                 // with every byte handed over, and each attempt's Range starts there.
-                response = try perform(route: "files/download", auth: true, accept: [200, 206, 416], send: { request throws(DropboxError) in
+                response = try perform(route: route, auth: true, accept: [200, 206, 416], send: { request throws(DropboxError) in
                     try receiver.attempt { () throws(DropboxError) in try self.transport.exchange(request, streamingTo: receiver) }
                 }) { token throws(DropboxError) in
                     var headers = try commonHeaders(token: token)
@@ -38,13 +46,10 @@ extension DropboxHTTPClient {
             } catch let error where error.isRoute("range", "not_satisfiable") {
                 return receiver.delivered
             }
-            if receiver.finished || response.status == 206 { return receiver.delivered }
+            // 200: a server that ignored Range sent the whole file, which the receiver streamed
+            // through, handing on only the range (and stopping the transfer at its end).
+            if receiver.finished || response.status == 206 || response.status == 200 { return receiver.delivered }
             let first = receiver.nextOffset
-            if response.status == 200 {
-                let bytes = try Self.slicedWholeBody(response, range: first..<range.upperBound)
-                if !bytes.isEmpty { _ = bytes.withUnsafeBytes { consumer($0) } }
-                return receiver.delivered + UInt64(bytes.count)
-            }
             // 416: the range starts at or past the end of the file.
             if let header = response.headers["content-range"], let total = ContentRange.unsatisfiedTotal(header),
                total > first {
@@ -53,30 +58,15 @@ extension DropboxHTTPClient {
             return receiver.delivered
         }
     }
-
-    // MARK: - Response checks
-
-    /// A 200 carries the whole file: check it against `Dropbox-API-Result`'s size when present,
-    /// then cut out the asked range.
-    static func slicedWholeBody(_ response: HTTPResponse, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
-        let body = response.body
-        if let result = response.headers["dropbox-api-result"] {
-            let value = try Decode.json(Array(result.utf8), context: "Dropbox-API-Result")
-            if let size = try JSONFields(value, context: "Dropbox-API-Result").optionalUInt64("size"),
-               size != UInt64(body.count) {
-                throw .malformedResponse("download: Dropbox-API-Result says \(size) bytes, body has \(body.count)")
-            }
-        }
-        let count = UInt64(body.count)
-        guard range.lowerBound < count else { return [] }
-        return Array(body[Int(range.lowerBound)..<Int(min(range.upperBound, count))])
-    }
 }
 
 /// Takes one streamed download, across the attempts of one call. Each 206 is checked before any
 /// of its body is handed on: its `Content-Range` must start exactly where the last attempt stopped
 /// and end where asked (or at end of file), and its body may not run past what it promised. A
-/// body cut short hands on what arrived, and the next attempt asks for the rest.
+/// whole-file 200 (Range ignored, as a server may: RFC 9110 §14.2) is streamed too, its bytes
+/// before the range dropped and the transfer stopped at the range's end, never buffered whole,
+/// and checked against the size `Dropbox-API-Result` gives. A body cut short hands on what
+/// arrived, and the next attempt asks for the rest.
 final class RangeReceiver: HTTPBodyReceiver {
     let range: Range<UInt64>
     private let consumer: (UnsafeRawBufferPointer) -> Bool
@@ -89,9 +79,17 @@ final class RangeReceiver: HTTPBodyReceiver {
     /// Bytes the current 206 promised, and how many of them arrived.
     private var promised: UInt64?
     private var received: UInt64 = 0
+    /// A whole-file 200 is being streamed: its bytes before `nextOffset` are dropped. Its size
+    /// from `Dropbox-API-Result`, when given.
+    private var wholeFile = false
+    private var wholeFileSize: UInt64?
 
-    init(range: Range<UInt64>, consumer: @escaping (UnsafeRawBufferPointer) -> Bool) {
+    /// The rev the bytes must be of, for a route that cannot be asked for one (shared links).
+    let expectedRev: String?
+
+    init(range: Range<UInt64>, expectedRev: String? = nil, consumer: @escaping (UnsafeRawBufferPointer) -> Bool) {
         self.range = range
+        self.expectedRev = expectedRev
         self.consumer = consumer
     }
 
@@ -103,12 +101,17 @@ final class RangeReceiver: HTTPBodyReceiver {
         problem = nil
         promised = nil
         received = 0
+        wholeFile = false
+        wholeFileSize = nil
         if finished { return HTTPResponse(status: 206, headers: [:], body: []) }
         do throws(DropboxError) {
             let response = try send()
             if let problem { throw problem }
             if let promised, received < promised, !finished {
                 throw .transport(code: 18, message: "download: body ended \(promised - received) bytes short of its Content-Range")
+            }
+            if wholeFile, let size = wholeFileSize, received != size, !finished {
+                throw .malformedResponse("download: Dropbox-API-Result says \(size) bytes, body has \(received)")
             }
             return response
         } catch {
@@ -119,7 +122,27 @@ final class RangeReceiver: HTTPBodyReceiver {
     }
 
     func responseStarted(status: Int, headers: [String: String]) -> HTTPBodyDisposition {
-        guard status == 206 else { return .buffer }   // errors, a whole-file 200, a 416: small, decoded whole
+        if let expectedRev, status == 200 || status == 206 {
+            let result = headers["dropbox-api-result"].flatMap { try? Decode.json(Array($0.utf8), context: "Dropbox-API-Result") }
+            let rev = result.flatMap { try? JSONFields($0, context: "Dropbox-API-Result").optionalString("rev") }
+            guard rev == expectedRev else {
+                problem = .route(tags: ["path", "not_found"], summary: "path/not_found/ (the file changed since it was listed)")
+                return .abort
+            }
+        }
+        if status == 200 {
+            wholeFile = true
+            if let result = headers["dropbox-api-result"] {
+                guard let value = try? Decode.json(Array(result.utf8), context: "Dropbox-API-Result"),
+                      let size = try? JSONFields(value, context: "Dropbox-API-Result").optionalUInt64("size") else {
+                    problem = .malformedResponse("download: 200 with an unreadable Dropbox-API-Result")
+                    return .abort
+                }
+                wholeFileSize = size
+            }
+            return .stream
+        }
+        guard status == 206 else { return .buffer }   // errors and 416s: small, decoded whole
         let first = nextOffset, last = range.upperBound - 1
         guard let header = headers["content-range"], let cr = ContentRange.parse(header) else {
             problem = .malformedResponse("download: 206 without a valid Content-Range")
@@ -142,6 +165,7 @@ final class RangeReceiver: HTTPBodyReceiver {
     }
 
     func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        if wholeFile { return receiveWholeFile(chunk) }
         guard let promised else { return false }
         let room = promised - received
         guard UInt64(chunk.count) <= room else {
@@ -153,6 +177,23 @@ final class RangeReceiver: HTTPBodyReceiver {
         delivered += UInt64(chunk.count)
         if !consumer(chunk) { finished = true; return false }
         if nextOffset == range.upperBound { finished = true }
+        return true
+    }
+
+    /// A chunk of a whole-file 200: the part inside the range is handed on.
+    private func receiveWholeFile(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        let start = received   // file offset of the chunk's first byte
+        received += UInt64(chunk.count)
+        if let size = wholeFileSize, received > size {
+            problem = .malformedResponse("download: body longer than Dropbox-API-Result's \(size) bytes")
+            return false
+        }
+        let from = max(start, nextOffset), to = min(received, range.upperBound)
+        guard from < to else { return received < range.upperBound }
+        let piece = UnsafeRawBufferPointer(rebasing: chunk[Int(from - start)..<Int(to - start)])
+        delivered += UInt64(piece.count)
+        if !consumer(piece) { finished = true; return false }
+        if nextOffset == range.upperBound { finished = true; return false }
         return true
     }
 }

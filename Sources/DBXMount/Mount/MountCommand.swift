@@ -90,6 +90,7 @@ struct MountCommand: ParsableCommand {
                                valueName: "path"))
     var thumbnailDir: String?
 
+    @OptionGroup(title: "Shared links") var linkOptions: LinkOptions
     @OptionGroup(title: "Reading") var readOptions: ReadOptions
     @OptionGroup(title: "Metrics") var metricsOptions: MetricsOptions
 
@@ -112,6 +113,7 @@ struct MountCommand: ParsableCommand {
         let options = try MountOptionList(mountOptions)
         let (source, mountpoint) = try sourceAndMountpoint()
         let environment = ProcessInfo.processInfo.environment
+        let link = try linkOptions.link(source: source, options: options)
 
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory) else {
@@ -156,7 +158,7 @@ struct MountCommand: ParsableCommand {
             ttlSeconds = try options.number("ttl") ?? 60
         }
         var filesystemOptions = FilesystemOptions(
-            rootPath: source, metadataTTL: .seconds(Int(ttlSeconds)),
+            rootPath: link == nil ? source : "", metadataTTL: .seconds(Int(ttlSeconds)),
             uid: try options.number("uid") ?? getuid(), gid: try options.number("gid") ?? getgid(),
             umask: try options.number("umask", radix: 8),
             caseInsensitive: caseInsensitive || options.settings["case_insensitive"] != nil)
@@ -223,7 +225,14 @@ struct MountCommand: ParsableCommand {
         let mountedClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
                                               pathRoot: pathRoot, retryPolicy: mountedPolicy, failureLogLevel: .warning,
                                               onRateLimited: { meter.addRateLimited() })
-        if !source.isEmpty, unreachable == nil {
+        // A shared link is the mounted folder, read through the link's routes (LinkOptions.swift).
+        var api: any DropboxAPI = mountedClient
+        if let link {
+            if let unreachable { fail("cannot reach Dropbox: \(unreachable) (\(endpoints.api)); a shared link is not kept for offline use", code: 1) }
+            let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
+            let target = LinkOptions.target(of: link, client: checkingClient) { fail($0, code: 1) }
+            api = SharedLinkDropbox(client: mountedClient, link: link, target: target)
+        } else if !source.isEmpty, unreachable == nil {
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
                                                    pathRoot: pathRoot)
             do {
@@ -237,7 +246,8 @@ struct MountCommand: ParsableCommand {
         }
 
         // One saved tree per account, server and mounted folder (Dropbox paths ignore case).
-        let store: DeferredStore? = !caching ? nil : DeferredStore(
+        // A link has no cursor to catch up from, so no saved tree either.
+        let store: DeferredStore? = !caching || link != nil ? nil : DeferredStore(
             directory: cacheDirectory,
             key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
                 + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
@@ -265,10 +275,12 @@ struct MountCommand: ParsableCommand {
             ? try thumbnailCache(mountpoint: mountpoint, uid: filesystemOptions.uid, gid: filesystemOptions.gid,
                                  options: options, environment: environment, logger: logger)
             : nil
-        let filesystem = DropboxFilesystem(api: MeteredDropboxAPI(mountedClient, meter: meter), options: filesystemOptions,
+        let filesystem = DropboxFilesystem(api: MeteredDropboxAPI(api, meter: meter), options: filesystemOptions,
                                    folderModified: Int64(time(nil)), logger: logger, store: store,
                                    thumbnails: thumbnailStore)
-        let mount = Mount(filesystem: filesystem, logger: logger, meter: meter)
+        // Through a link there is no change feed: folders are listed again once their TTL ends.
+        let mount = Mount(filesystem: filesystem, logger: logger, followChanges: link == nil, meter: meter)
+        let shownSource = link?.redactedURL ?? (source.isEmpty ? "/" : source)
         for path in readOptions.pins(options) {
             do throws(PinError) { try filesystem.keepPinned(path) } catch { fail("--pin \(path): \(error)", code: 64) }
         }
@@ -286,7 +298,7 @@ struct MountCommand: ParsableCommand {
             let server = try ControlServer(mountpoint: absoluteMountpoint, directory: ControlSocket.directory(environment: environment))
             mount.attachControl(server, identity: MountIdentity(
                 mountpoint: absoluteMountpoint, account: "\(account.displayName) <\(account.email)>",
-                source: source.isEmpty ? "/" : source))
+                source: shownSource))
         } catch {
             // Status and pins are a window into the mount, not the mount: it goes on without them.
             logger.warning("no control socket; dbx-mount status and pin will not reach this mount",
@@ -295,7 +307,8 @@ struct MountCommand: ParsableCommand {
 
         var fuseOptions = ["ro", "default_permissions", "subtype=dbx-mount"]
         if !options.fuseOptions.contains(where: { $0.hasPrefix("fsname=") }) {
-            fuseOptions.append("fsname=" + MountOptionList.escape("dropbox:" + (source.isEmpty ? "/" : source)))
+            // /proc/mounts is world-readable: a link shows without its secret part.
+            fuseOptions.append("fsname=" + MountOptionList.escape("dropbox:" + shownSource))
         }
         fuseOptions += options.fuseOptions.filter { !$0.hasPrefix("subtype=") }
 
@@ -365,6 +378,7 @@ struct MountCommand: ParsableCommand {
             var source = locations[0]
             // mount.fuse3 passes fstab's first field; "dropbox:" prefixes and "/" mean the whole account.
             if source.hasPrefix("dropbox:") { source.removeFirst("dropbox:".count) }
+            if SharedLink.looksLikeLink(source) { return (source, locations[1]) }
             while source.hasSuffix("/") { source.removeLast() }
             if !source.isEmpty && !source.hasPrefix("/") { source = "/" + source }
             return (source, locations[1])

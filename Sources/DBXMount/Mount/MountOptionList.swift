@@ -15,6 +15,7 @@ struct MountOptionList {
         "notify_url", "ca_bundle", "cache_dir", "no_cache", "account", "config", "team_space",
         "readahead_memory", "block_cache_dir", "block_cache_size", "foreground", "debug", "log_level", "log_file",
         "thumbnails", "thumbnail_dir", "listing_concurrency", "direct_io", "metrics_addr", "pin", "pin_bandwidth",
+        "link_password_file",
     ]
     /// Mount options libfuse or the kernel understand and that make sense on a read-only mount.
     static let fuseOptionNames: Set<String> = [

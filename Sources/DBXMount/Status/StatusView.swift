@@ -14,7 +14,9 @@ struct StatusView {
         row("account", s.account)
         row("source", s.source)
         row("mounted", "\(Self.dateFormatter.string(from: s.mountedAt)) (\(Self.ago(now.timeIntervalSince(s.mountedAt))))")
-        if let listing = s.firstListing {
+        if s.changeFeed.state == "none" {
+            row("listing", "folder by folder, as each is opened (a shared link)")
+        } else if let listing = s.firstListing {
             let counts = "\(Self.count(listing.entries)) entries, \(Self.count(listing.folders)) folders"
             if listing.done {
                 row("listing", "done: \(counts) in \(Self.seconds(listing.seconds))")
@@ -30,7 +32,7 @@ struct StatusView {
             feed += " since \(Self.dateFormatter.string(from: since)) (\(Self.ago(now.timeIntervalSince(since))))"
         }
         if let error = s.changeFeed.error, s.changeFeed.state == "down" { feed += ": \(error)" }
-        row("changes", feed)
+        row("changes", feed == "none" ? "none through a shared link: folders are listed again after --ttl" : feed)
         row("cached", "\(Self.count(s.cache.entries)) entries in \(Self.bytes(UInt64(s.cache.treeBytes))) of memory")
         var reads = "\(Self.bytes(s.reads.readaheadBytes)) of \(Self.bytes(s.reads.readaheadBudget)) read ahead, "
             + "\(s.reads.openFiles) open files, \(s.reads.openDirectories) open folders"

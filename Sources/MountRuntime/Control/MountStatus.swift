@@ -37,7 +37,8 @@ public struct MountStatus: Codable, Sendable, Equatable {
 
     public struct ChangeFeed: Codable, Sendable, Equatable {
         /// "live", "catching up", "starting" (the first listing runs), "offline" (Dropbox cannot be
-        /// reached: the saved tree and the block cache are served) or "down".
+        /// reached: the saved tree and the block cache are served), "down", or "none" (a shared
+        /// link: no change feed; folders are listed again once their TTL ends).
         public var state: String
         public var downSince: Date?
         public var error: String?
@@ -130,7 +131,9 @@ extension MountStatus {
     init(of mount: Mount, identity: MountIdentity, now: Date = Date()) {
         let usage = mount.filesystem.usage
         let sync = mount.filesystem.syncProgress
-        let feedState = if sync.offline {
+        let feedState = if !mount.followChanges {
+            "none"
+        } else if sync.offline {
             "offline"
         } else if sync.feedLive {
             sync.catchingUp ? "catching up" : "live"

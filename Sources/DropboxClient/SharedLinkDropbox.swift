@@ -1,0 +1,112 @@
+// A shared link seen as a Dropbox of its own, so that the filesystem core mounts it as it mounts
+// an account: the link's folder is the root, listed one folder at a time; files are read by rev
+// as always, which this adapter turns into `get_shared_link_file` of the path it saw that rev at.
+// A file link shows as a folder holding that one file. There is no change feed through a link
+// (no recursive cursor, no longpoll), so a mount of one refreshes folders when their TTL ends.
+
+import Synchronization
+
+public final class SharedLinkDropbox: DropboxAPI {
+    let client: DropboxHTTPClient
+    public let link: SharedLink
+    /// The link's one file, for a file link; nil for a folder link.
+    let file: FileMetadata?
+    /// Where each rev was last listed, relative to the link ("/a/b.txt"), and which folder each
+    /// cursor of a paged listing belongs to: a link listing's entries carry no paths.
+    private let seen = Mutex<(revs: [String: String], cursors: [String: String])>(([:], [:]))
+
+    /// `target` is what `sharedLinkMetadata(link)` said the link is.
+    public init(client: DropboxHTTPClient, link: SharedLink, target: SharedLinkTarget) {
+        self.client = client
+        self.link = link
+        if case .file(let metadata) = target { file = metadata } else { file = nil }
+    }
+
+    public func currentAccount() throws(DropboxError) -> Account { try client.currentAccount() }
+
+    /// A link has no quota of the caller's: nothing used, nothing allocated.
+    public func spaceUsage() throws(DropboxError) -> SpaceUsage { SpaceUsage(used: 0, allocated: 0) }
+
+    public func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage {
+        guard !recursive else { throw Self.unsupported("a recursive listing") }
+        if let file {
+            guard path.isEmpty else { throw .route(tags: ["path", "not_found"], summary: "path/not_found/") }
+            remember(rev: file.rev, at: "/" + file.name)
+            return ListFolderPage(entries: [.file(file)], cursor: Self.fileLinkCursor, hasMore: false)
+        }
+        return record(try client.listFolder(in: link, path: path, limit: limit), folder: path)
+    }
+
+    public func listFolderContinue(cursor: String) throws(DropboxError) -> ListFolderPage {
+        guard cursor != Self.fileLinkCursor else { return ListFolderPage(entries: [], cursor: cursor, hasMore: false) }
+        let folder = seen.withLock { $0.cursors.removeValue(forKey: cursor) }
+        let page = try client.listFolderContinue(cursor: cursor)
+        return folder.map { record(page, folder: $0) } ?? page
+    }
+
+    public func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String {
+        throw Self.unsupported("a change feed")
+    }
+
+    public func longpoll(cursor: String, timeout: Int) throws(DropboxError) -> LongpollResult {
+        throw Self.unsupported("a change feed")
+    }
+
+    /// `path` relative to the link, as `get_shared_link_metadata` names it.
+    public func metadata(path: String) throws(DropboxError) -> Metadata {
+        switch try client.sharedLinkMetadata(link, path: path.isEmpty ? nil : path) {
+        case .file(let metadata):
+            remember(rev: metadata.rev, at: path)
+            return .file(metadata)
+        case .folder(let name, let id):
+            return .folder(FolderMetadata(name: name, id: id ?? "", pathLower: nil, pathDisplay: nil))
+        }
+    }
+
+    public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
+        var bytes: [UInt8] = []
+        _ = try download(path: path, range: range) { chunk in
+            bytes.append(contentsOf: chunk)
+            return true
+        }
+        return bytes
+    }
+
+    /// `path` is `rev:…` (how the core reads): the file is fetched by where that rev was listed.
+    /// A rev the link no longer shows at that path is `not_found`, never another file's bytes:
+    /// Dropbox answers with the path's current content, so its `rev` is checked too.
+    public func download(path: String, range: Range<UInt64>,
+                         into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
+        guard path.hasPrefix("rev:") else { throw .badInput("a shared link is read by rev") }
+        let rev = String(path.dropFirst(4))
+        if let file {
+            guard file.rev == rev else { throw Self.notFound }
+            return try client.downloadFromLink(link, path: nil, rev: rev, range: range, into: consumer)
+        }
+        guard let relativePath = seen.withLock({ $0.revs[rev] }) else { throw Self.notFound }
+        return try client.downloadFromLink(link, path: relativePath, rev: rev, range: range, into: consumer)
+    }
+
+    // MARK: - Paths of what was listed
+
+    private func record(_ page: ListFolderPage, folder: String) -> ListFolderPage {
+        seen.withLock { seen in
+            for case .file(let file) in page.entries {
+                seen.revs[file.rev] = folder + "/" + file.name
+            }
+            if page.hasMore { seen.cursors[page.cursor] = folder }
+        }
+        return page
+    }
+
+    private func remember(rev: String, at path: String) {
+        seen.withLock { $0.revs[rev] = path }
+    }
+
+    static let fileLinkCursor = "shared-file-link"
+    static let notFound = DropboxError.route(tags: ["path", "not_found"], summary: "path/not_found/")
+
+    static func unsupported(_ what: String) -> DropboxError {
+        .badInput("a shared link has no \(what); Dropbox lists links one folder at a time")
+    }
+}

@@ -1,0 +1,123 @@
+// Shared links through the HTTP client and the `SharedLinkDropbox` adapter, against the emulator:
+// what a link is, its folders listed page by page, files read by rev with Range (or from a server
+// that ignores Range), a file that changed since it was listed, and each refusal.
+
+import DropboxClient
+import DropboxEmulator
+import Foundation
+import Testing
+
+@Suite("Shared links against the emulator")
+struct SharedLinkTests {
+    static let big = randomBytes(3 << 20, seed: 7)
+
+    func fixture(_ configure: (inout EmulatorConfiguration) -> Void = { _ in }) throws -> EmulatorFixture {
+        var files: [String: [UInt8]] = ["Pub/Sub/big.bin": Self.big, "Pub/b.txt": Array("bee\n".utf8), "other.txt": [1]]
+        for i in 0..<25 { files["Pub/many/f\(i).txt"] = Array("\(i)\n".utf8) }
+        return try EmulatorFixture(files: files, configure)
+    }
+
+    /// Every entry of one folder of the link, through the adapter, following `continue`.
+    func listAll(_ api: SharedLinkDropbox, _ path: String, limit: Int? = nil) throws(DropboxError) -> [Metadata] {
+        var page = try api.listFolder(path: path, recursive: false, limit: limit)
+        var entries = page.entries
+        while page.hasMore {
+            page = try api.listFolderContinue(cursor: page.cursor)
+            entries += page.entries
+        }
+        return entries
+    }
+
+    @Test func aFolderLinkIsListedAndReadLikeAnAccount() throws {
+        let f = try fixture()
+        let link = SharedLink(url: try f.server.publishSharedLink(path: "/Pub"))
+        let target = try f.client.sharedLinkMetadata(link)
+        #expect(target == .folder(name: "Pub", id: (try? f.client.metadata(path: "/Pub")).flatMap {
+            if case .folder(let folder) = $0 { folder.id } else { nil }
+        }))
+        let api = SharedLinkDropbox(client: f.client, link: link, target: target)
+        #expect(Set(try listAll(api, "").map(\.name)) == ["Sub", "b.txt", "many"])
+        let many = try listAll(api, "/many", limit: 4)
+        #expect(many.count == 25 && many.allSatisfy { $0.pathLower == nil })
+        // Files of a paged listing are read by rev: the adapter knows where each was listed.
+        guard case .file(let last)? = many.first(where: { $0.name == "f24.txt" }) else { Issue.record("no f24.txt"); return }
+        #expect(try api.download(path: "rev:" + last.rev, range: 0..<10) == Array("24\n".utf8))
+        guard case .file(let big)? = try listAll(api, "/Sub").first else { Issue.record("no big.bin"); return }
+        #expect(try api.download(path: "rev:" + big.rev, range: 1000..<300_000) == Array(Self.big[1000..<300_000]))
+        #expect(thrown { () throws(DropboxError) in try api.listFolder(path: "", recursive: true, limit: nil) } != nil,
+                "a link is never listed recursively")
+        #expect(try api.spaceUsage().allocated == 0)
+    }
+
+    @Test func aFileThatChangedSinceItWasListedIsNotFoundNeverMixed() throws {
+        let f = try fixture()
+        let api = SharedLinkDropbox(client: f.client, link: SharedLink(url: try f.server.publishSharedLink(path: "/Pub")),
+                                    target: .folder(name: "Pub", id: nil))
+        guard case .file(let old)? = try listAll(api, "").first(where: { $0.name == "b.txt" }) else { Issue.record("no b.txt"); return }
+        try f.write("Pub/b.txt", Array("changed\n".utf8))
+        Thread.sleep(forTimeInterval: 0.3)   // the emulator's watcher
+        let error = thrown { () throws(DropboxError) in try api.download(path: "rev:" + old.rev, range: 0..<8) }
+        #expect(error?.isRoute("path", "not_found") == true, "\(String(describing: error))")
+        guard case .file(let new)? = try listAll(api, "").first(where: { $0.name == "b.txt" }) else { Issue.record("no b.txt"); return }
+        #expect(try api.download(path: "rev:" + new.rev, range: 0..<8) == Array("changed\n".utf8))
+    }
+
+    @Test func aFileLinkIsAFolderOfOneFileAndAPasswordIsNeeded() throws {
+        let f = try fixture()
+        let url = try f.server.publishSharedLink(path: "/Pub/Sub/big.bin", password: "pw")
+        let refused = thrown { () throws(DropboxError) in try f.client.sharedLinkMetadata(SharedLink(url: url)) }
+        #expect(refused?.isRoute("shared_link_access_denied") == true)
+        let wrong = thrown { () throws(DropboxError) in try f.client.sharedLinkMetadata(SharedLink(url: url, password: "no")) }
+        #expect(wrong?.isRoute("shared_link_access_denied") == true)
+        let link = SharedLink(url: url, password: "pw")
+        let target = try f.client.sharedLinkMetadata(link)
+        guard case .file(let file) = target else { Issue.record("\(target)"); return }
+        #expect(file.name == "big.bin" && file.size == UInt64(Self.big.count))
+        let api = SharedLinkDropbox(client: f.client, link: link, target: target)
+        let entries = try listAll(api, "")
+        #expect(entries.map(\.name) == ["big.bin"])
+        #expect(try api.download(path: "rev:" + file.rev, range: 5..<70_000) == Array(Self.big[5..<70_000]))
+        #expect(thrown { () throws(DropboxError) in try api.download(path: "rev:0123456789", range: 0..<1) }?.isRoute("path", "not_found") == true)
+    }
+
+    @Test func aServerThatIgnoresRangeIsCutToTheRangeWithoutBufferingTheFile() throws {
+        let f = try fixture { $0.sharedLinkRange = false }
+        let link = SharedLink(url: try f.server.publishSharedLink(path: "/Pub/Sub/big.bin"))
+        let target = try f.client.sharedLinkMetadata(link)
+        guard case .file(let file) = target else { Issue.record("\(target)"); return }
+        let api = SharedLinkDropbox(client: f.client, link: link, target: target)
+        _ = try listAll(api, "")
+        var chunks = 0
+        var bytes: [UInt8] = []
+        let got = try api.download(path: "rev:" + file.rev, range: (2 << 20)..<((2 << 20) + 12345)) { chunk in
+            chunks += 1
+            bytes += chunk
+            return true
+        }
+        #expect(got == 12345 && bytes == Array(Self.big[(2 << 20)..<((2 << 20) + 12345)]))
+        #expect(try api.download(path: "rev:" + file.rev, range: UInt64(Self.big.count - 10)..<UInt64(Self.big.count + 100))
+                == Array(Self.big[(Self.big.count - 10)...]), "short at end of file")
+    }
+
+    @Test func unknownExpiredAndMalformedLinks() throws {
+        let f = try fixture()
+        let url = try f.server.publishSharedLink(path: "/Pub")
+        let unknown = thrown { () throws(DropboxError) in
+            try f.client.sharedLinkMetadata(SharedLink(url: url.replacingOccurrences(of: "rlkey=", with: "rlkey=x")))
+        }
+        #expect(unknown?.isRoute("shared_link_not_found") == true)
+        let expired = try f.server.publishSharedLink(path: "/other.txt", expires: Int(Date().timeIntervalSince1970) - 60)
+        #expect(thrown { () throws(DropboxError) in try f.client.sharedLinkMetadata(SharedLink(url: expired)) }?
+            .isRoute("shared_link_not_found") == true)
+        let directory = thrown { () throws(DropboxError) in
+            try f.client.downloadFromLink(SharedLink(url: url), path: nil, range: 0..<1) { _ in true }
+        }
+        #expect(directory?.isRoute("shared_link_is_directory") == true)
+        #expect(SharedLink.problem(with: url) == nil)
+        #expect(SharedLink.problem(with: "https://www.dropbox.com") != nil)
+        #expect(SharedLink.problem(with: "https://www.dropbox.com/s/a b") != nil)
+        #expect(SharedLink.problem(with: "https:///scl/fo/x") != nil)
+        #expect(SharedLink.problem(with: "ftp://www.dropbox.com/x") != nil)
+        #expect(SharedLink(url: url).redactedURL.hasSuffix("?...") && !SharedLink(url: url).redactedURL.contains("rlkey"))
+    }
+}
