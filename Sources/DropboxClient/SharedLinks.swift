@@ -1,4 +1,4 @@
-// Shared links (docs/dropbox-api.md §9): what a link shows (`sharing/get_shared_link_metadata`),
+// Shared links (docs/dropbox-api.md §10): what a link shows (`sharing/get_shared_link_metadata`),
 // one folder of it at a time (`files/list_folder` with `shared_link`, paths relative to the link),
 // and a file's bytes (`sharing/get_shared_link_file`, with Range, coping with a whole 200).
 

@@ -113,6 +113,10 @@ class Emulator:
             self._call("POST", "/__admin/knobs", json.dumps({"bandwidth": bytes_per_second or 0}).encode())
             self.bandwidth = bytes_per_second
 
+    def publish_link(self, path):
+        """Publishes a served path as a shared link; returns its URL."""
+        return self._call("POST", "/__admin/shared_links", json.dumps({"path": path}).encode())["url"]
+
     def requests(self, route):
         return self.stats().get("requests", {}).get(route, 0)
 

@@ -152,6 +152,9 @@ class Runner:
         if workload.get("tls"):
             emulator, ctx = self.tls_emulator()
             mount_args += ["--ca-bundle", str(emulator.tls["ca"])]
+        if "link" in workload:
+            # SOURCE is a shared link of that served folder (the root: the rows' paths stay the same).
+            mount_args.append(emulator.publish_link(workload["link"]))
         emulator.set_latency(self.latency_for(workload))
         emulator.set_bandwidth(workload.get("bandwidth", self.args.bandwidth))
         # Read workloads time the read engine: they start once the mount has listed the account

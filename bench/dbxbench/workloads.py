@@ -181,6 +181,13 @@ WORKLOADS = [
     {"name": "par-read-4-tls-50ms", "kind": READ, "metric": "throughput", "run": w_par_read, "baseline": b_par_read,
      "tls": True, "latency_ms": 50, "what": "4 parallel dd bs=1M of 4 different large files over TLS, 50 ms per request",
      "baseline_what": "4 parallel curls of the same files over TLS"},
+    # Issue 19: the same read through a shared link (of the account's root, so paths stay the
+    # same), beside seq-read-tls-50ms through the account. No change feed goes through a link, so
+    # the read starts at once after mounting (the link's folders are listed as they are reached).
+    {"name": "seq-read-shared-link-tls-50ms", "kind": READ, "metric": "throughput", "run": w_seq_read,
+     "baseline": b_seq_read, "tls": True, "latency_ms": 50, "link": "/", "settle": False,
+     "what": "dd bs=1M of one large file through a shared link, over TLS, 50 ms per request",
+     "baseline_what": "curl of the same file (files/download) over TLS from the same emulator"},
     {"name": "fio-rand-4k", "kind": READ, "metric": "iops", "run": w_fio("4k"), "baseline": "local", "block": 4096,
      "what": "fio randread 4 KiB, time-bounded, on one large file", "baseline_what": "the same fio on the local file"},
     {"name": "fio-rand-128k", "kind": READ, "metric": "iops", "run": w_fio("128k"), "baseline": "local", "block": 131072,

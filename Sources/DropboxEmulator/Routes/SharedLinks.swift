@@ -1,10 +1,13 @@
 // Shared links: a served folder or file published under a link URL (with an optional password
 // and expiry), and the routes that read through one: sharing/get_shared_link_metadata,
-// sharing/get_shared_link_file, and files/list_folder with `shared_link` (docs/dropbox-api.md §9).
+// sharing/get_shared_link_file, and files/list_folder with `shared_link` (docs/dropbox-api.md §10).
 
-import Foundation
 import NIOHTTP1
 import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One published link. Its URL is made from its path, so an emulator restarted over the same tree
 /// with the same links hands out the same URLs, as Dropbox keeps a link's URL.
@@ -22,7 +25,11 @@ struct PublishedLink: Sendable {
         "https://www.dropbox.com/scl/\(isFolder ? "fo" : "fi")/\(token)/\(slug)?rlkey=\(key)&dl=0"
     }
     /// What the link's page would be called; never used to find it.
-    var slug: String { lower.last.map { $0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "x" } ?? "root" }
+    var slug: String {
+        guard let last = lower.last else { return "root" }
+        let kept = last.unicodeScalars.map { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0)) ? Character($0) : "-" }
+        return String(kept.prefix(40))
+    }
 }
 
 /// The links published so far, found by the token and `rlkey` in the URL a client sends (the rest
@@ -54,11 +61,16 @@ final class SharedLinkRegistry: Sendable {
     }
 
     func find(url: String) -> PublishedLink? {
-        guard let components = URLComponents(string: url), let host = components.host?.lowercased(),
-              host == "www.dropbox.com" || host == "dropbox.com" else { return nil }
-        let parts = components.path.split(separator: "/")
-        guard parts.count >= 3, parts[0] == "scl", parts[1] == "fo" || parts[1] == "fi",
-              let key = components.queryItems?.first(where: { $0.name == "rlkey" })?.value else { return nil }
+        let lower = url.lowercased()
+        let prefix = ["https://www.dropbox.com/", "https://dropbox.com/"].first { lower.hasPrefix($0) }
+        guard let prefix else { return nil }
+        let rest = url.dropFirst(prefix.count)
+        let path = rest.prefix { $0 != "?" && $0 != "#" }
+        let query = rest.dropFirst(path.count).dropFirst().prefix { $0 != "#" }
+        let parts = path.split(separator: "/")
+        guard parts.count >= 3, parts[0] == "scl", parts[1] == "fo" || parts[1] == "fi" else { return nil }
+        let key = query.split(separator: "&").first { $0.hasPrefix("rlkey=") }.map { String($0.dropFirst(6)) }
+        guard let key else { return nil }
         return links.withLock { $0[String(parts[2]) + "/" + key] }
     }
 
@@ -98,7 +110,7 @@ extension Router {
     /// for a link that no longer works.
     func linkTarget(url: String, password: String?, path: String?) -> Result<LinkTarget, ReplyBox> {
         guard let link = sharedLinks.find(url: url) else { return .failure(ReplyBox(.routeError(["shared_link_not_found"]))) }
-        if let expires = link.expires, Int(Date().timeIntervalSince1970) >= expires {
+        if let expires = link.expires, time(nil) >= expires {
             return .failure(ReplyBox(.routeError(["shared_link_not_found"])))
         }
         if let wanted = link.password, wanted != password { return .failure(ReplyBox(.routeError(["shared_link_access_denied"]))) }
