@@ -38,6 +38,17 @@ public protocol DropboxAPI: Sendable {
 }
 
 extension DropboxAPI {
+    /// The bytes of `range` collected from the streaming download, for an implementation whose
+    /// streaming download is its own (so both forms share one set of checks).
+    public func collectingDownload(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
+        var bytes: [UInt8] = []
+        _ = try download(path: path, range: range) { chunk in
+            bytes.append(contentsOf: chunk)
+            return true
+        }
+        return bytes
+    }
+
     /// Buffers with `download(path:range:)`, then hands the bytes over in one piece.
     public func download(path: String, range: Range<UInt64>,
                          into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {

@@ -64,12 +64,7 @@ public final class SharedLinkDropbox: DropboxAPI {
     }
 
     public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
-        var bytes: [UInt8] = []
-        _ = try download(path: path, range: range) { chunk in
-            bytes.append(contentsOf: chunk)
-            return true
-        }
-        return bytes
+        try collectingDownload(path: path, range: range)
     }
 
     /// `path` is `rev:…` (how the core reads): the file is fetched by where that rev was listed.
@@ -85,6 +80,31 @@ public final class SharedLinkDropbox: DropboxAPI {
         }
         guard let relativePath = seen.withLock({ $0.revs[rev] }) else { throw Self.notFound }
         return try client.downloadFromLink(link, path: relativePath, rev: rev, range: range, into: consumer)
+    }
+
+    /// One `get_thumbnail_v2` per image (the batch route takes no link): each image's own
+    /// refusal is its outcome, and only a failure of the call itself (the link, the network) throws.
+    public func thumbnails(_ requests: [ThumbnailRequest]) throws(DropboxError) -> [ThumbnailOutcome] {
+        var outcomes: [ThumbnailOutcome] = []
+        for request in requests {
+            let rev = request.path.hasPrefix("rev:") ? String(request.path.dropFirst(4)) : ""
+            let relativePath: String?
+            if let file {
+                guard file.rev == rev else { outcomes.append(.failed(["path", "not_found"])); continue }
+                relativePath = nil
+            } else {
+                guard let known = seen.withLock({ $0.revs[rev] }) else { outcomes.append(.failed(["path", "not_found"])); continue }
+                relativePath = known
+            }
+            do {
+                outcomes.append(.image(try client.thumbnail(in: link, path: relativePath, format: request.format,
+                                                            size: request.size, mode: request.mode)))
+            } catch {
+                guard case .route(let tags, _) = error else { throw error }
+                outcomes.append(.failed(tags))
+            }
+        }
+        return outcomes
     }
 
     // MARK: - Paths of what was listed

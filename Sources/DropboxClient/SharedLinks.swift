@@ -87,6 +87,22 @@ extension DropboxHTTPClient {
     }
 }
 
+extension DropboxHTTPClient {
+    /// `files/get_thumbnail_v2` of a link's file (`path` relative to a folder link, nil for a
+    /// file link): the encoded image. Failures are `ThumbnailV2Error` route errors
+    /// (`unsupported_extension`, `unsupported_image`, `not_found`, `access_denied`, ...).
+    public func thumbnail(in link: SharedLink, path: String?, format: ThumbnailFormat, size: ThumbnailSize,
+                          mode: ThumbnailMode) throws(DropboxError) -> [UInt8] {
+        var resource: JSONObject = [".tag": .string("link"), "url": .string(link.url)]
+        if let path { resource["path"] = .string(path) }
+        if let password = link.password { resource["password"] = .string(password) }
+        let arg: JSONValue = .object(["resource": .object(resource), "format": .string(format.rawValue),
+                                      "size": .string(size.rawValue), "mode": .string(mode.rawValue)])
+        return try send(route: "files/get_thumbnail_v2", host: endpoints.content, maxResponseBytes: 16 << 20,
+                        headers: [("Dropbox-API-Arg", JSONWriter.encode(arg, headerSafe: true))]).body
+    }
+}
+
 extension Decode {
     static func sharedLinkTarget(_ value: JSONValue) throws(DropboxError) -> SharedLinkTarget {
         let context = "get_shared_link_metadata"

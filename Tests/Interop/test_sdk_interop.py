@@ -295,6 +295,19 @@ def test_thumbnails_batch_and_v2(emulator):
             raise SystemExit("expected ApiError")
         except dropbox.exceptions.ApiError as e:
             assert e.error.is_not_found(), e.error
+        # Through a (password-protected) shared link of the folder: the link's own metadata, no path.
+        import requests
+        url = requests.post(f"https://{os.environ['DROPBOX_API_HOST']}/__admin/shared_links",
+                            data=json.dumps({"path": "/Photos", "password": "pw"})).json()["url"]
+        md, resp = dbx.files_get_thumbnail_v2(PathOrLink.link(SharedLinkFileInfo(url, path="/hand.png", password="pw")),
+                                              format=ThumbnailFormat.png, size=ThumbnailSize.w128h128)
+        assert png_size(resp.content) == (90, 60), png_size(resp.content)
+        assert md.link_metadata.rev and md.file_metadata is None, md
+        try:
+            dbx.files_get_thumbnail_v2(PathOrLink.link(SharedLinkFileInfo(url, path="/hand.png", password="no")))
+            raise SystemExit("expected ApiError")
+        except dropbox.exceptions.ApiError as e:
+            assert e.error.is_access_denied(), e.error
         print("ok")
     """)
     assert "ok" in out

@@ -83,6 +83,10 @@ def test_a_mounted_folder_link_equals_the_linked_folder(emulator, tree, tmp_path
         with open(m.mountpoint / "Week 2" / "data.bin", "rb") as f:
             f.seek(5 * MiB)
             assert f.read(4096) == data[5 * MiB:5 * MiB + 4096]
+        # Dropbox's own attributes come through a link as through an account.
+        xattrs = subprocess.run(["getfattr", "-d", str(m.mountpoint / "README.md")], capture_output=True, text=True,
+                                check=True).stdout
+        assert "user.dropbox.rev=" in xattrs and "user.dropbox.content_hash=" in xattrs, xattrs
         with pytest.raises(OSError) as error:
             (m.mountpoint / "new.txt").write_text("x")
         assert error.value.errno == 30  # EROFS
@@ -179,3 +183,33 @@ def test_bad_links_are_refused_in_one_line(emulator, tmp_path):
         code, err = run_mount(emulator, *args, str(tmp_path / "mnt"))
         assert code == expected_code and len(err.splitlines()) == 1 and words in err, (args, code, err)
         assert "rlkey" not in err, "the link's secret part stays out of messages"
+
+
+def test_thumbnails_come_through_the_link_without_downloading_a_photo(tmp_path):
+    from test_thumbnails import gio_thumbnail, png_image
+
+    album = tmp_path / "served" / "Album"
+    album.mkdir(parents=True)
+    for i in range(12):
+        (album / f"IMG_{i:02d}.png").write_bytes(png_image(96, 64, i))
+    (album / "notes.txt").write_text("not an image\n")
+    emulator = Emulator(tmp_path / "served")
+    try:
+        url = publish(emulator, "/Album", password="pw")
+        (tmp_path / "pw").write_text("pw\n")
+        m = Mount(emulator, tmp_path / "mnt", "--no-cache", "--thumbnails", "--link-password-file", str(tmp_path / "pw"), url)
+        try:
+            assert len(os.listdir(m.mountpoint)) == 13
+            cache_home = tmp_path / "cache"     # the mount's XDG_CACHE_HOME (conftest)
+            for flavor in ("normal", "large", "x-large"):
+                assert len(list((cache_home / "thumbnails" / flavor).glob("*.png"))) == 12, flavor
+            found, valid = gio_thumbnail(m.mountpoint / "IMG_03.png", cache_home)
+            assert found and valid, found
+            with urllib.request.urlopen(emulator.url + "/__stats", timeout=10) as answer:
+                requests = json.load(answer)["requests"]
+            assert requests.get("files/get_thumbnail_v2", 0) == 36, requests
+            assert requests.get("sharing/get_shared_link_file", 0) == 0, "no photo was downloaded"
+        finally:
+            m.unmount()
+    finally:
+        emulator.stop()

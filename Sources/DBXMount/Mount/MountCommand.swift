@@ -15,15 +15,15 @@ struct MountCommand: ParsableCommand {
         commandName: "mount",
         abstract: "Mount a Dropbox account, or one folder of it, as a read-only filesystem (the default).",
         discussion: """
-            SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
+            SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. SOURCE may also be a shared link (https://www.dropbox.com/scl/fo/...): the folder behind it is mounted, refreshed every --ttl seconds (a link has no change feed), its password read from --link-password-file. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, direct_io, metrics_addr=HOST:PORT, pin=PATH, pin_bandwidth=MBPS, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, direct_io, metrics_addr=HOST:PORT, pin=PATH, pin_bandwidth=MBPS, link_password_file=PATH, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
     )
 
-    @Argument(help: ArgumentHelp("[SOURCE] MOUNTPOINT: the Dropbox folder to show (default: the whole account) and where.",
+    @Argument(help: ArgumentHelp("[SOURCE] MOUNTPOINT: the Dropbox folder or shared link to show (default: the whole account) and where.",
                                  valueName: "source-and-mountpoint"))
     var locations: [String] = []
 

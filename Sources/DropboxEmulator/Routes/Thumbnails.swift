@@ -54,22 +54,36 @@ extension Router {
             guard case .object = arg else { return .badInput(route, "\(place): expected object, got \(arg.typeName)") }
             guard let resource = arg["resource"] else { return .badInput(route, "\(place): missing required field 'resource'") }
             let spec = try thumbnailSpec(arg, route: route, place: place).get()
-            let path: String
+            var path: String
+            var base: [String]
+            var linkURL: String?
             switch try tag(resource, of: ["path", "link"], route: route, place: "\(place): resource").get() {
             case "path":
                 path = try pathArg(resource, route: route, readPath: true, place: "\(place): resource").get()
+                base = try pathBase(request, route: route).get()
             default:
                 guard let url = resource["url"] else { return .badInput(route, "\(place): resource: missing required field 'url'") }
-                guard url.stringValue != nil else { return .badInput(route, "\(place): resource: url: expected string, got \(url.typeName)") }
-                // The emulator has no shared links, so every link is one that does not exist.
-                return .routeError(["not_found"])
+                guard let text = url.stringValue else { return .badInput(route, "\(place): resource: url: expected string, got \(url.typeName)") }
+                // A link's file, by its path relative to the link: ThumbnailV2Error's `not_found`
+                // for a link that does not work, `access_denied` for a missing or wrong password.
+                switch linkTarget(url: text, password: resource["password"]?.stringValue, path: resource["path"]?.stringValue) {
+                case .failure(let box):
+                    return .routeError([box.reply.routeErrorTags == ["shared_link_access_denied"] ? "access_denied" : "not_found"])
+                case .success(let target):
+                    guard let entry = target.entry, !target.isFolder else { return .routeError(["not_found"]) }
+                    path = "/" + entry.components.joined(separator: "/")
+                    base = []
+                    linkURL = text
+                }
             }
             // py 12.2.4's ThumbnailV2Error: transparency is kept only in PNG and WebP.
             if spec.preserveTransparency, spec.format == .jpeg { return .routeError(["unsupported_output_format"]) }
-            let base = try pathBase(request, route: route).get()
             switch thumbnail(path: path, base: base, spec: spec) {
             case .success(let (entry, image)):
-                let result = JSON.object([("file_metadata", metadata(entry, base: base.count, tagged: false))])
+                // A link's thumbnail says which rev it shows (`MinimalFileLinkMetadata`), no path.
+                let result = linkURL.map { url in
+                    JSON.object([("link_metadata", .object([("url", .string(url)), ("id", .string(entry.id)), ("rev", .string(entry.rev))]))])
+                } ?? JSON.object([("file_metadata", metadata(entry, base: base.count, tagged: false))])
                 return .bytes(.ok, [
                     "Dropbox-API-Result": result.serialized(asciiOnly: true),
                     "Content-Type": "application/octet-stream",
