@@ -35,9 +35,15 @@ public protocol DropboxAPI: Sendable {
     /// `files/get_thumbnail_batch`: one outcome per request, in order, at most `maxThumbnailBatch`
     /// requests. The default (Thumbnails.swift) answers every entry `unsupported_extension`.
     func thumbnails(_ requests: [ThumbnailRequest]) throws(DropboxError) -> [ThumbnailOutcome]
+    /// The Dropbox route that really answers `route` (one of the names above) for this
+    /// implementation, for metrics: a shared link downloads through `sharing/get_shared_link_file`.
+    /// The default (below) is `route` itself.
+    func routeAnswering(_ route: String) -> String
 }
 
 extension DropboxAPI {
+    public func routeAnswering(_ route: String) -> String { route }
+
     /// The bytes of `range` collected from the streaming download, for an implementation whose
     /// streaming download is its own (so both forms share one set of checks).
     public func collectingDownload(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {

@@ -87,11 +87,11 @@ public struct MeteredDropboxAPI: DropboxAPI {
     }
 
     public func metadata(path: String) throws(DropboxError) -> Metadata {
-        try meter.count("files/get_metadata") { () throws(DropboxError) in try base.metadata(path: path) }
+        try meter.count(base.routeAnswering("files/get_metadata")) { () throws(DropboxError) in try base.metadata(path: path) }
     }
 
     public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
-        let bytes = try meter.count("files/download") { () throws(DropboxError) in try base.download(path: path, range: range) }
+        let bytes = try meter.count(base.routeAnswering("files/download")) { () throws(DropboxError) in try base.download(path: path, range: range) }
         meter.addDownloaded(bytes.count)
         return bytes
     }
@@ -99,7 +99,7 @@ public struct MeteredDropboxAPI: DropboxAPI {
     public func download(path: String, range: Range<UInt64>,
                          into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
         // Counted as they arrive, so bytes of a call that later fails count too: they were downloaded.
-        try meter.count("files/download") { () throws(DropboxError) in
+        try meter.count(base.routeAnswering("files/download")) { () throws(DropboxError) in
             try base.download(path: path, range: range) { chunk in
                 meter.addDownloaded(chunk.count)
                 return consumer(chunk)

@@ -107,6 +107,15 @@ public final class SharedLinkDropbox: DropboxAPI {
         return outcomes
     }
 
+    public func routeAnswering(_ route: String) -> String {
+        switch route {
+        case "files/download": "sharing/get_shared_link_file"
+        case "files/get_metadata": "sharing/get_shared_link_metadata"
+        case "files/get_thumbnail_batch": "files/get_thumbnail_v2"
+        default: route
+        }
+    }
+
     // MARK: - Paths of what was listed
 
     private func record(_ page: ListFolderPage, folder: String) -> ListFolderPage {

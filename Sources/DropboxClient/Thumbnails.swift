@@ -94,6 +94,6 @@ extension DropboxHTTPClient {
 
 extension MeteredDropboxAPI {
     public func thumbnails(_ requests: [ThumbnailRequest]) throws(DropboxError) -> [ThumbnailOutcome] {
-        try meter.count("files/get_thumbnail_batch") { () throws(DropboxError) in try base.thumbnails(requests) }
+        try meter.count(base.routeAnswering("files/get_thumbnail_batch")) { () throws(DropboxError) in try base.thumbnails(requests) }
     }
 }

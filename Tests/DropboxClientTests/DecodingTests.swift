@@ -14,6 +14,26 @@ struct DecodingTests {
             contentHash: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")))
     }
 
+    @Test func sharedLinkMetadataAndHostileAnswers() throws {
+        let file = #"{".tag":"file","url":"https://www.dropbox.com/scl/fi/x/a.txt?rlkey=k","name":"a.txt","id":"id:A","#
+            + #""client_modified":"2015-05-12T15:50:38Z","server_modified":"2015-05-12T15:50:39Z","rev":"a1c10ce0dd78","#
+            + #""size":7212,"link_permissions":{"can_revoke":false}}"#
+        #expect(try Decode.sharedLinkTarget(try JSONReader.parse(file)) == .file(FileMetadata(
+            name: "a.txt", id: "id:A", pathLower: nil, pathDisplay: nil, clientModified: 1_431_445_838,
+            serverModified: 1_431_445_839, rev: "a1c10ce0dd78", size: 7212)))
+        #expect(try Decode.sharedLinkTarget(try JSONReader.parse(#"{".tag":"folder","url":"u","name":"Pub","link_permissions":{}}"#))
+                == .folder(name: "Pub", id: nil))
+        for hostile in [
+            #"{".tag":"folder","url":"u","name":"a/b"}"#,          // a slash would address another path
+            #"{".tag":"folder","url":"u","name":""}"#,
+            #"{".tag":"collection","url":"u","name":"x"}"#,        // neither a file nor a folder
+            #"{".tag":"file","url":"u","name":"a.txt","size":1}"#,  // a file without its rev and times
+            #"{"url":"u","name":"x"}"#,
+        ] {
+            #expect(throws: DropboxError.self, "\(hostile)") { try Decode.sharedLinkTarget(try JSONReader.parse(hostile)) }
+        }
+    }
+
     @Test func folderAndDeletedMetadata() throws {
         #expect(try Decode.metadata(try JSONReader.parse(
             #"{".tag":"folder","name":"math","id":"id:X","path_lower":"/homework/math","path_display":"/Homework/math"}"#))

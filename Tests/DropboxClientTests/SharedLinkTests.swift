@@ -5,7 +5,14 @@
 import DropboxClient
 import DropboxEmulator
 import Foundation
+import Synchronization
 import Testing
+
+/// Records the routes a meter saw.
+final class RouteRecorder: APICallObserver, Sendable {
+    let routes = Mutex<[String]>([])
+    func callEnded(route: String, seconds: Double, failed: Bool) { routes.withLock { $0.append(route) } }
+}
 
 @Suite("Shared links against the emulator")
 struct SharedLinkTests {
@@ -47,6 +54,18 @@ struct SharedLinkTests {
         #expect(thrown { () throws(DropboxError) in try api.listFolder(path: "", recursive: true, limit: nil) } != nil,
                 "a link is never listed recursively")
         #expect(try api.spaceUsage().allocated == 0)
+    }
+
+    @Test func metricsNameTheRoutesThatAnsweredThroughALink() throws {
+        let f = try fixture()
+        let link = SharedLink(url: try f.server.publishSharedLink(path: "/Pub"))
+        let recorder = RouteRecorder()
+        let api = MeteredDropboxAPI(SharedLinkDropbox(client: f.client, link: link, target: .folder(name: "Pub", id: nil)),
+                                    meter: APIMeter(observer: recorder))
+        guard case .file(let file)? = try api.listFolder(path: "", recursive: false, limit: nil).entries
+            .first(where: { $0.name == "b.txt" }) else { Issue.record("no b.txt"); return }
+        _ = try api.download(path: "rev:" + file.rev, range: 0..<2)
+        #expect(recorder.routes.withLock { $0 } == ["files/list_folder", "sharing/get_shared_link_file"])
     }
 
     @Test func aFileThatChangedSinceItWasListedIsNotFoundNeverMixed() throws {
