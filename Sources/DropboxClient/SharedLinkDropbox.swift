@@ -1,7 +1,8 @@
 // A shared link seen as a Dropbox of its own, so that the filesystem core mounts it as it mounts
 // an account: the link's folder is the root, listed one folder at a time; files are read by rev
 // as always, which this adapter turns into `get_shared_link_file` of the path it saw that rev at.
-// A file link shows as a folder holding that one file. There is no change feed through a link
+// A file link shows as a folder holding that one file (which the mount shows as the mount point
+// itself: `FilesystemOptions.rootFileName`). There is no change feed through a link
 // (no recursive cursor, no longpoll), so a mount of one refreshes folders when their TTL ends.
 
 import Synchronization

@@ -22,6 +22,9 @@ public struct FilesystemOptions: Sendable {
     /// Dropbox could not be reached when mounting and the tree comes from the persistent cache:
     /// what needs Dropbox fails at once until the change feed reaches it (`Reachability`).
     public var startsOffline = false
+    /// A single file mounted on a file (a shared link to a file): the root inode stands for this
+    /// file of the mounted folder instead of the folder itself.
+    public var rootFileName: String?
     /// Bytes per second pinned folders may be fetched at, all pins together; nil: as fast as the
     /// link and four files at a time allow (`--pin-bandwidth`).
     public var pinBandwidth: UInt64?

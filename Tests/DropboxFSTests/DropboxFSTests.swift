@@ -311,3 +311,26 @@ struct DropboxFSTests {
         #expect(try fs.extendedAttributes(of: .root).isEmpty)
     }
 }
+
+@Suite("A single file as the mount")
+struct RootFileTests {
+    @Test func theRootInodeIsThatFile() throws {
+        let dropbox = FakeDropbox()
+        let content: [UInt8] = (0..<50_000).map { UInt8($0 % 251) }
+        dropbox.addFile("/data.bin", content)
+        dropbox.addFile("/other.txt", [1, 2])
+        var options = FilesystemOptions()
+        options.rootFileName = "data.bin"
+        let fs = DropboxFilesystem(api: dropbox, options: options, folderModified: 0)
+        let attributes = try fs.attributes(of: .root)
+        #expect(attributes.kind == .file && attributes.size == 50_000)
+        let handle = try fs.open(.root).handle
+        #expect(try fs.read(handle, offset: 1000, size: 10) == Array(content[1000..<1010]))
+        fs.release(handle)
+        #expect(try fs.extendedAttributes(of: .root).contains { $0.name == "user.dropbox.rev" })
+        // A name the folder does not hold leaves the mount point ENOENT, never another file.
+        var gone = options
+        gone.rootFileName = "missing.bin"
+        #expect(throws: FSError.notFound) { try DropboxFilesystem(api: dropbox, options: gone, folderModified: 0).attributes(of: .root) }
+    }
+}

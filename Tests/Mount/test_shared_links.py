@@ -1,6 +1,6 @@
 """Mounting a Dropbox shared link: the mount equals the linked folder of the served tree (diff -r,
-find, stat), follows changes by TTL, takes a password from a file, mounts a file link as a folder
-of one file, reads correctly from a server that ignores Range, and refuses bad links in one line."""
+find, stat), follows changes by TTL, takes a password from a file, mounts a file link on a file,
+reads correctly from a server that ignores Range, and refuses bad links in one line."""
 import hashlib
 import json
 import os
@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import DBX_MOUNT, TOKEN, Emulator, Mount
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, is_mounted, stop_mount
 
 MiB = 1 << 20
 
@@ -139,15 +139,35 @@ def test_a_password_protected_link_needs_its_password(emulator, tree, tmp_path):
         m.unmount()
 
 
-def test_a_file_link_mounts_as_a_folder_of_that_file(emulator, tree, tmp_path):
+def test_a_file_link_mounts_on_a_file(emulator, tree, tmp_path):
     url = publish(emulator, "/Course/Week 2/data.bin")
-    m = Mount(emulator, tmp_path / "mnt", "--no-cache", url)
+    target = tmp_path / "data.bin"
+    target.write_bytes(b"")
+    env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url, DBX_CONTENT_URL=emulator.url,
+               DBX_NOTIFY_URL=emulator.url, XDG_RUNTIME_DIR=str(tmp_path))
+    process = subprocess.Popen([str(DBX_MOUNT), "-f", "--no-cache", url, str(target)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert os.listdir(m.mountpoint) == ["data.bin"]
-        local = hashlib.sha256((tree / "Course" / "Week 2" / "data.bin").read_bytes()).hexdigest()
-        assert hashlib.sha256((m.mountpoint / "data.bin").read_bytes()).hexdigest() == local
+        deadline = time.monotonic() + 30
+        while not is_mounted(target):
+            assert process.poll() is None, process.stderr.read()
+            assert time.monotonic() < deadline, "did not mount"
+            time.sleep(0.05)
+        local = (tree / "Course" / "Week 2" / "data.bin").read_bytes()
+        assert os.stat(target).st_size == len(local)
+        assert hashlib.sha256(target.read_bytes()).hexdigest() == hashlib.sha256(local).hexdigest()
+        with open(target, "rb") as f:
+            f.seek(3 * MiB + 5)
+            assert f.read(1000) == local[3 * MiB + 5:3 * MiB + 1005]
+        assert "user.dropbox.rev" in subprocess.run(["getfattr", "-d", str(target)], capture_output=True, text=True).stdout
     finally:
-        m.unmount()
+        stop_mount(target, process)
+    # The other way round, one line each: a file link on a folder, a folder link on a file.
+    (tmp_path / "mnt").mkdir()
+    code, err = run_mount(emulator, url, str(tmp_path / "mnt"))
+    assert code == 1 and len(err.splitlines()) == 1 and "is to a file (data.bin), not a folder" in err, err
+    code, err = run_mount(emulator, publish(emulator, "/Course"), str(target))
+    assert code == 1 and len(err.splitlines()) == 1 and "not a directory" in err, err
 
 
 def test_reads_are_right_when_the_server_ignores_range(emulator, tree, tmp_path):

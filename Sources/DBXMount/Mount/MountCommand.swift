@@ -119,7 +119,10 @@ struct MountCommand: ParsableCommand {
         guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory) else {
             fail("mount point \(mountpoint) does not exist", code: 1)
         }
-        guard isDirectory.boolValue else { fail("mount point \(mountpoint) is not a directory", code: 1) }
+        // A shared link to a file mounts on a file; everything else on a folder (checked below,
+        // once Dropbox has said what the link is).
+        guard isDirectory.boolValue || link != nil else { fail("mount point \(mountpoint) is not a directory", code: 1) }
+        let mountsOnAFile = !isDirectory.boolValue
 
         let endpoints = DropboxEndpoints(
             api: apiURL ?? options.settings["api_url"] ?? environment["DBX_API_URL"] ?? DropboxEndpoints.dropbox.api,
@@ -231,6 +234,15 @@ struct MountCommand: ParsableCommand {
             if let unreachable { fail("cannot reach Dropbox: \(unreachable) (\(endpoints.api)); a shared link is not kept for offline use", code: 1) }
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
             let target = LinkOptions.target(of: link, client: checkingClient) { fail($0, code: 1) }
+            switch target {
+            case .file(let file):
+                guard mountsOnAFile else {
+                    fail("the shared link is to a file (\(file.name)), not a folder: mount it on a file (touch PATH, then dbx-mount URL PATH)", code: 1)
+                }
+                filesystemOptions.rootFileName = file.name
+            case .folder:
+                guard !mountsOnAFile else { fail("mount point \(mountpoint) is not a directory, as a folder link needs", code: 1) }
+            }
             api = SharedLinkDropbox(client: mountedClient, link: link, target: target)
         } else if !source.isEmpty, unreachable == nil {
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,

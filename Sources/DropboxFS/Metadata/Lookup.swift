@@ -37,6 +37,15 @@ extension DropboxFilesystem {
     /// Makes sure what the tree says of `inode` is fresh, listing its parent again if needed.
     func revalidate(_ inode: InodeNumber) throws(FSError) -> Slot {
         guard let slot = Slot(inode) else { throw .notFound }
+        if slot == .root, let name = options.rootFileName {
+            // The mount point is that one file: its attributes and bytes are the file's, kept
+            // fresh by listing the folder it is in.
+            try ensureFreshListing(of: .root)
+            return try state.withLock { state throws(FSError) -> Slot in
+                guard let file = state.tree.child(of: .root, folded: FoldedName(name)) else { throw .notFound }
+                return file
+            }
+        }
         let parent = try state.withLock { state throws(FSError) -> Slot? in
             guard state.tree.isAlive(slot) else { throw .notFound }
             return slot == .root ? nil : state.tree.parent(slot)
