@@ -109,8 +109,10 @@ extension DropboxFilesystem {
     /// file) is applied again, in order, on top; applying an entry twice changes nothing. A
     /// reader's listing of a folder from before the cursor is the one thing that could keep an
     /// entry deleted meanwhile (the pages only add and update, and the feed starts after the
-    /// deletion), so such a folder is listed again when the fill ends (`listAgainAfterFill`).
-    /// Subtrees never overlap: the mounted folder's own children are listed on their own, then
+    /// deletion), so such a folder is listed again when the fill ends (`listAgainAfterFill`); so is
+    /// the mounted folder, whose own listing runs beside `get_latest_cursor`. A top folder made or
+    /// deleted between that listing and the cursor is therefore found then (an added one is listed
+    /// when first opened; a deleted one's subtree listing finds nothing). Subtrees never overlap: the mounted folder's own children are listed on their own, then
     /// each subfolder's subtree once.
     private func fill(replacing: Bool) throws(DropboxError) {
         let startedAt = now()
@@ -124,6 +126,7 @@ extension DropboxFilesystem {
         var coveredFrom = startedAt
         var touched: Set<Slot>? = replacing ? [] : nil
         let cursor: String
+        var listRootAgain = false
         if concurrency <= 1 {
             var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing, showExports: options.showExports)
             var page = try api.listFolder(path: options.rootPath, recursive: true, limit: 2000)
@@ -136,11 +139,36 @@ extension DropboxFilesystem {
             touched = update.touched
             cursor = page.cursor
         } else {
-            cursor = try api.latestCursor(path: options.rootPath, recursive: true)
+            // The cursor and the mounted folder's own entries at once, one round trip sooner for
+            // whoever waits for the top folder (`ls -l` of a large folder right after mounting).
+            // That listing may be from before the cursor, so the mounted folder is listed again
+            // when the fill ends, as a reader's early listing is. The subtrees start after the cursor.
+            let cursorCall = Shared<Result<String, DropboxError>?>(nil)
+            let cursorTaken = DispatchSemaphore(value: 0)
+            let api = self.api, rootPath = options.rootPath
+            Thread.detachNewThread {
+                let result: Result<String, DropboxError>
+                do throws(DropboxError) {
+                    result = .success(try api.latestCursor(path: rootPath, recursive: true))
+                } catch {
+                    result = .failure(error)
+                }
+                cursorCall.value.withLock { $0 = result }
+                cursorTaken.signal()
+            }
             let collected = Shared<Set<Slot>>([])
-            // The mounted folder's own entries; its subfolders become the subtrees.
+            let topListing: Result<[String], DropboxError>
+            do throws(DropboxError) {
+                topListing = .success(try listAndApply(options.rootPath, recursive: false, replacing: replacing, into: collected))
+            } catch {
+                topListing = .failure(error)
+            }
+            cursorTaken.wait()
+            cursor = try cursorCall.value.withLock { $0! }.get()
+            let top = try topListing.get()
+            listRootAgain = true
+            // Listings that start from here on show everything the feed will not bring.
             coveredFrom = now()
-            let top = try listAndApply(options.rootPath, recursive: false, replacing: replacing, into: collected)
             let jobs = ListingJobs { [self] in !stopped.load(ordering: .relaxed) }
             split(top, breadth: 1, depth: 1, replacing: replacing, collected: collected, jobs: jobs,
                   readersCountSince: coveredFrom)
@@ -176,6 +204,7 @@ extension DropboxFilesystem {
         }
         invalidate(invalidations)
         for folder in listedEarly { listAgainAfterFill(folder) }
+        if listRootAgain, !listedEarly.contains(.root) { listAgainAfterFill(.root) }
         signalFeedChanged()
         logger.info("listed the mounted folder", metadata: ["entries": "\(cacheFootprint.entries)"])
     }
