@@ -22,6 +22,9 @@ public struct FilesystemOptions: Sendable {
     /// Dropbox could not be reached when mounting and the tree comes from the persistent cache:
     /// what needs Dropbox fails at once until the change feed reaches it (`Reachability`).
     public var startsOffline = false
+    /// False when nothing follows Dropbox's changes (a shared link, which has no change feed):
+    /// folders are listed again when their TTL ends, and pins list the folders they cover.
+    public var followsChanges = true
     /// A single file mounted on a file (a shared link to a file): the root inode stands for this
     /// file of the mounted folder instead of the folder itself.
     public var rootFileName: String?

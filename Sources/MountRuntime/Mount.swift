@@ -51,7 +51,7 @@ public final class Mount: MountHooks {
         }
         // glibc keeps freed heap mapped; a full listing frees tens of MiB at once.
         filesystem.onBulkWorkDone { ProcessMemory.returnFreedHeap() }
-        if followChanges { filesystem.startChangeFeed() }
+        if followChanges { filesystem.startChangeFeed() } else { filesystem.startPinning() }
         SignalWatcher(mount: self).start()
     }
 

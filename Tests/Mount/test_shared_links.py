@@ -233,3 +233,28 @@ def test_thumbnails_come_through_the_link_without_downloading_a_photo(tmp_path):
             m.unmount()
     finally:
         emulator.stop()
+
+
+def test_a_pinned_folder_of_a_link_is_fetched_kept_and_refreshed(emulator, tree, tmp_path, monkeypatch):
+    from test_pins import dbx, pin_status, wait_until
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    url = publish(emulator, "/Course")
+    m = Mount(emulator, tmp_path / "mnt", "--no-cache", "--ttl", "1", "--block-cache-dir", str(tmp_path / "blocks"), url)
+    try:
+        # No change feed lists the folders below a pin on a link mount: the pin lists them itself.
+        dbx("pin", m.mountpoint / "Week 1")
+        wait_until(lambda: any(p["complete"] for p in pin_status(m.mountpoint)), 30, "the pin to complete")
+        pin = pin_status(m.mountpoint)[0]
+        assert pin["files"] == 41 and pin["bytes_done"] == pin["bytes_total"], pin
+        # A new rev is fetched again once the folder's TTL has passed.
+        slide = tree / "Course" / "Week 1" / "slides" / "slide-07.txt"
+        slide.write_text("rewritten\n")
+        wait_until(lambda: (m.mountpoint / "Week 1" / "slides" / "slide-07.txt").read_text() == "rewritten\n", 20,
+                   "the new rev")
+        wait_until(lambda: all(p["complete"] for p in pin_status(m.mountpoint)), 30, "the pin to hold the new rev")
+        # Whole in the block cache: read with the emulator gone.
+        emulator.stop()
+        subprocess.run(["diff", "-r", str(tree / "Course" / "Week 1"), str(m.mountpoint / "Week 1")], check=True, timeout=60)
+    finally:
+        m.unmount()

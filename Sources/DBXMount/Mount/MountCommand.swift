@@ -244,6 +244,7 @@ struct MountCommand: ParsableCommand {
                 guard !mountsOnAFile else { fail("mount point \(mountpoint) is not a directory, as a folder link needs", code: 1) }
             }
             api = SharedLinkDropbox(client: mountedClient, link: link, target: target)
+            filesystemOptions.followsChanges = false
         } else if !source.isEmpty, unreachable == nil {
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
                                                    pathRoot: pathRoot)

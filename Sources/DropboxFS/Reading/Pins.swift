@@ -156,8 +156,9 @@ extension DropboxFilesystem {
     public func pin(_ path: String) throws(PinError) -> PinStatus {
         guard let pins, let cache = reader.cache else { throw .noBlockCache }
         let normalized = Self.mountPath(path)
+        if !options.followsChanges { listBelow(normalized) }
         var scan = scanPinned(normalized)
-        if case .folder(_, false) = scan {
+        if options.followsChanges, case .folder(_, false) = scan {
             // Right after mounting the first listing may still run: its end tells the folder's
             // size, which decides whether the pin fits.
             let deadline = Date().addingTimeInterval(Self.pinListingWait)
@@ -196,6 +197,25 @@ extension DropboxFilesystem {
         guard let pins else { throw .noBlockCache }
         let normalized = Self.mountPath(path)
         guard pins.remove(normalized) else { throw .notPinned(normalized) }
+    }
+
+    /// Lists the folders at and below `path` that are missing or past their TTL, one at a time:
+    /// with no change feed (a shared link) nothing else lists the folders below a pin, or sees
+    /// a new rev in them.
+    func listBelow(_ path: String) {
+        var inode = InodeNumber.root
+        for name in path.split(separator: "/") {
+            guard let found = try? lookup(parent: inode, name: String(name)), found.kind == .directory else { return }
+            inode = found.inode
+        }
+        guard let top = Slot(inode) else { return }
+        var stack = [top]
+        while let folder = stack.popLast(), !stopped.load(ordering: .relaxed) {
+            guard (try? ensureFreshListing(of: folder)) != nil else { continue }
+            stack += state.withLock { state in
+                state.tree.isAlive(folder) ? state.tree.children(of: folder).filter { state.tree.isDirectory($0) } : []
+            }
+        }
     }
 
     /// How long `pin` waits for a first listing under way to reach the folder.
@@ -239,8 +259,9 @@ extension DropboxFilesystem {
         }
     }
 
-    /// The thread that keeps pinned files in the block cache, until the mount stops.
-    func startPinning() {
+    /// The thread that keeps pinned files in the block cache, until the mount stops (started with
+    /// the change feed, or on its own by a mount that follows no changes).
+    public func startPinning() {
         guard let pins, reader.cache != nil else { return }
         let thread = Thread { [self] in
             while !stopped.load(ordering: .relaxed) {
@@ -255,6 +276,7 @@ extension DropboxFilesystem {
     /// One pass: marks every pinned file's current rev as kept, then fetches what is missing.
     private func keepPinnedFiles(_ pins: Pins) {
         guard let cache = reader.cache else { return }
+        if !options.followsChanges { for path in pins.list { listBelow(path) } }
         let scans = pins.list.map { ($0, scanPinned($0)) }
         var kept: [ReadFile] = []
         for case (_, .folder(let files, _)) in scans { kept += files }
