@@ -117,10 +117,14 @@ final class RangeReceiver: HTTPBodyReceiver {
     }
 
     func responseStarted(status: Int, headers: [String: String]) -> HTTPBodyDisposition {
-        if let expectedRev, status == 200 || status == 206 {
-            let result = headers["dropbox-api-result"].flatMap { try? Decode.json(Array($0.utf8), context: "Dropbox-API-Result") }
+        // What the answer says of the file: its rev (checked when the route could not be asked
+        // for one) and, for a whole-file 200, its size.
+        let result = status == 200 || status == 206 ? headers["dropbox-api-result"].map { header in
+            (try? Decode.json(Array(header.utf8), context: "Dropbox-API-Result")).flatMap { try? JSONFields($0, context: "Dropbox-API-Result") }
+        } : nil
+        if let expectedRev, let fields = result ?? nil {
             // A rev that differs is refused; an answer that names none cannot be checked and is taken.
-            let rev = result.flatMap { try? JSONFields($0, context: "Dropbox-API-Result").optionalString("rev") }
+            let rev = try? fields.optionalString("rev")
             guard rev == nil || rev == expectedRev else {
                 problem = .route(tags: ["path", "not_found"], summary: "path/not_found/ (the file changed since it was listed)")
                 return .abort
@@ -128,9 +132,8 @@ final class RangeReceiver: HTTPBodyReceiver {
         }
         if status == 200 {
             wholeFile = true
-            if let result = headers["dropbox-api-result"] {
-                guard let value = try? Decode.json(Array(result.utf8), context: "Dropbox-API-Result"),
-                      let size = try? JSONFields(value, context: "Dropbox-API-Result").optionalUInt64("size") else {
+            if let result {
+                guard let fields = result, let size = try? fields.optionalUInt64("size") else {
                     problem = .malformedResponse("download: 200 with an unreadable Dropbox-API-Result")
                     return .abort
                 }

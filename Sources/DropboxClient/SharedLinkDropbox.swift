@@ -31,8 +31,7 @@ public final class SharedLinkDropbox: DropboxAPI {
     public func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage {
         guard !recursive else { throw Self.unsupported("a recursive listing") }
         if let file {
-            guard path.isEmpty else { throw .route(tags: ["path", "not_found"], summary: "path/not_found/") }
-            remember(rev: file.rev, at: "/" + file.name)
+            guard path.isEmpty else { throw Self.notFound }
             return ListFolderPage(entries: [.file(file)], cursor: Self.fileLinkCursor, hasMore: false)
         }
         return record(try client.listFolder(in: link, path: path, limit: limit), folder: path)
@@ -75,12 +74,8 @@ public final class SharedLinkDropbox: DropboxAPI {
                          into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
         guard path.hasPrefix("rev:") else { throw .badInput("a shared link is read by rev") }
         let rev = String(path.dropFirst(4))
-        if let file {
-            guard file.rev == rev else { throw Self.notFound }
-            return try client.downloadFromLink(link, path: nil, rev: rev, range: range, into: consumer)
-        }
-        guard let relativePath = seen.withLock({ $0.revs[rev] }) else { throw Self.notFound }
-        return try client.downloadFromLink(link, path: relativePath, rev: rev, range: range, into: consumer)
+        guard let place = place(of: rev) else { throw Self.notFound }
+        return try client.downloadFromLink(link, path: place.path, rev: rev, range: range, into: consumer)
     }
 
     /// One `get_thumbnail_v2` per image (the batch route takes no link): each image's own
@@ -89,16 +84,9 @@ public final class SharedLinkDropbox: DropboxAPI {
         var outcomes: [ThumbnailOutcome] = []
         for request in requests {
             let rev = request.path.hasPrefix("rev:") ? String(request.path.dropFirst(4)) : ""
-            let relativePath: String?
-            if let file {
-                guard file.rev == rev else { outcomes.append(.failed(["path", "not_found"])); continue }
-                relativePath = nil
-            } else {
-                guard let known = seen.withLock({ $0.revs[rev] }) else { outcomes.append(.failed(["path", "not_found"])); continue }
-                relativePath = known
-            }
+            guard let place = place(of: rev) else { outcomes.append(.failed(["path", "not_found"])); continue }
             do {
-                outcomes.append(.image(try client.thumbnail(in: link, path: relativePath, format: request.format,
+                outcomes.append(.image(try client.thumbnail(in: link, path: place.path, format: request.format,
                                                             size: request.size, mode: request.mode)))
             } catch {
                 guard case .route(let tags, _) = error else { throw error }
@@ -118,6 +106,16 @@ public final class SharedLinkDropbox: DropboxAPI {
     }
 
     // MARK: - Paths of what was listed
+
+    /// Where a rev is read through the link: `path` nil is the link itself (a file link's one
+    /// file), else the path relative to the link where it was last listed.
+    private struct Place { let path: String? }
+
+    /// Where `rev` is read; nil for a rev the link does not show.
+    private func place(of rev: String) -> Place? {
+        if let file { return file.rev == rev ? Place(path: nil) : nil }
+        return seen.withLock { $0.revs[rev] }.map { Place(path: $0) }
+    }
 
     private func record(_ page: ListFolderPage, folder: String) -> ListFolderPage {
         seen.withLock { seen in

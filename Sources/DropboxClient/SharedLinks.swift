@@ -40,10 +40,12 @@ public struct SharedLink: Sendable, Equatable {
         return url[..<question] + "?..."
     }
 
-    var argument: JSONObject {
+    /// The sharing routes' argument: the link, its password, and a path relative to a folder link.
+    func argument(path: String?) -> JSONValue {
         var object: JSONObject = ["url": .string(url)]
+        if let path { object["path"] = .string(path) }
         if let password { object["link_password"] = .string(password) }
-        return object
+        return .object(object)
     }
 }
 
@@ -58,9 +60,7 @@ extension DropboxHTTPClient {
     /// the link itself. Errors: `shared_link_not_found` (also an expired link),
     /// `shared_link_access_denied` (also a missing or wrong password), `unsupported_link_type`.
     public func sharedLinkMetadata(_ link: SharedLink, path: String? = nil) throws(DropboxError) -> SharedLinkTarget {
-        var arg = link.argument
-        if let path { arg["path"] = .string(path) }
-        let body = try rpc("sharing/get_shared_link_metadata", .object(arg))
+        let body = try rpc("sharing/get_shared_link_metadata", link.argument(path: path))
         return try Decode.sharedLinkTarget(try Decode.json(body, context: "get_shared_link_metadata"))
     }
 
@@ -80,9 +80,7 @@ extension DropboxHTTPClient {
     /// file changed since it was listed) is `path/not_found` before any byte of it is handed on.
     public func downloadFromLink(_ link: SharedLink, path: String?, rev: String? = nil, range: Range<UInt64>,
                                  into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
-        var arg = link.argument
-        if let path { arg["path"] = .string(path) }
-        return try rangedDownload(route: "sharing/get_shared_link_file", arg: .object(arg), expectedRev: rev,
+        try rangedDownload(route: "sharing/get_shared_link_file", arg: link.argument(path: path), expectedRev: rev,
                                   range: range, into: consumer)
     }
 }

@@ -107,8 +107,7 @@ public final class DropboxEmulatorServer: Sendable {
 
     /// Publishes a served path as a shared link (see `POST /__admin/shared_links`) and returns its URL.
     public func publishSharedLink(path: String, password: String? = nil, expires: Int? = nil) throws -> String {
-        index.drain()
-        return try router.sharedLinks.publish(path: path, password: password, expires: expires, index: index)
+        try router.sharedLinks.publish(path: path, password: password, expires: expires, index: index)
     }
 
     /// Closes the listener and every connection, then joins all threads. Idempotent.

@@ -36,6 +36,8 @@ import Synchronization
 public final class DropboxFilesystem: Sendable {
     let api: any DropboxAPI
     let options: FilesystemOptions
+    /// Whether the change feed follows Dropbox (false for a shared link: folders refresh by TTL).
+    public var followsChanges: Bool { options.followsChanges }
     let now: MonotonicSeconds
     let logger: Logger
     /// Wall-clock time shown as the mtime of folders, which carry no times in Dropbox.

@@ -12,8 +12,6 @@ import Synchronization
 public final class Mount: MountHooks {
     public let filesystem: DropboxFilesystem
     let logger: Logger
-    /// Follow Dropbox's change feed (and keep the tree in step) from FUSE's `init` on.
-    let followChanges: Bool
     /// Set by MountSession once the session exists; started from `init`, after any daemonizing fork.
     let invalidator = Mutex<KernelInvalidator?>(nil)
     /// Where the session mounted; set by MountSession.
@@ -29,10 +27,9 @@ public final class Mount: MountHooks {
     /// Times FUSE requests for the metrics; nil without them.
     var operationObserver: (any FUSEOperationObserver)? { metrics.withLock { $0?.metrics } }
 
-    public init(filesystem: DropboxFilesystem, logger: Logger, followChanges: Bool = true, meter: APIMeter? = nil) {
+    public init(filesystem: DropboxFilesystem, logger: Logger, meter: APIMeter? = nil) {
         self.filesystem = filesystem
         self.logger = logger
-        self.followChanges = followChanges
         self.meter = meter
     }
 
@@ -51,7 +48,8 @@ public final class Mount: MountHooks {
         }
         // glibc keeps freed heap mapped; a full listing frees tens of MiB at once.
         filesystem.onBulkWorkDone { ProcessMemory.returnFreedHeap() }
-        if followChanges { filesystem.startChangeFeed() } else { filesystem.startPinning() }
+        // The sync and pin threads (a shared link, which follows no changes, starts only the pins').
+        filesystem.startChangeFeed()
         SignalWatcher(mount: self).start()
     }
 

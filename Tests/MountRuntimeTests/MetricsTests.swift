@@ -15,14 +15,16 @@ struct MetricsTests {
         dropbox.addFolder("/Docs")
         dropbox.addFile("/Docs/a.bin", Array(repeating: 1, count: 10_000))
         let meter = APIMeter(observer: metrics)
-        let fs = DropboxFilesystem(api: MeteredDropboxAPI(dropbox, meter: meter), options: FilesystemOptions(),
+        var options = FilesystemOptions()
+        options.followsChanges = false   // nothing runs in the background of these checks
+        let fs = DropboxFilesystem(api: MeteredDropboxAPI(dropbox, meter: meter), options: options,
                                    folderModified: 0)
         let docs = try fs.lookup(parent: .root, name: "Docs").inode
         let handle = try fs.open(try fs.lookup(parent: docs, name: "a.bin").inode).handle
         _ = try fs.read(handle, offset: 0, size: 10_000)
         fs.release(handle)
         meter.addRateLimited()
-        return (Mount(filesystem: fs, logger: .init(label: "test"), followChanges: false, meter: meter), fs)
+        return (Mount(filesystem: fs, logger: .init(label: "test"), meter: meter), fs)
     }
 
     @Test func theExpositionHasTheMountsSeriesInPrometheusForm() throws {

@@ -244,6 +244,7 @@ struct MountCommand: ParsableCommand {
                 guard !mountsOnAFile else { fail("mount point \(mountpoint) is not a directory, as a folder link needs", code: 1) }
             }
             api = SharedLinkDropbox(client: mountedClient, link: link, target: target)
+            // Through a link there is no change feed: folders are listed again once their TTL ends.
             filesystemOptions.followsChanges = false
         } else if !source.isEmpty, unreachable == nil {
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
@@ -291,8 +292,7 @@ struct MountCommand: ParsableCommand {
         let filesystem = DropboxFilesystem(api: MeteredDropboxAPI(api, meter: meter), options: filesystemOptions,
                                    folderModified: Int64(time(nil)), logger: logger, store: store,
                                    thumbnails: thumbnailStore)
-        // Through a link there is no change feed: folders are listed again once their TTL ends.
-        let mount = Mount(filesystem: filesystem, logger: logger, followChanges: link == nil, meter: meter)
+        let mount = Mount(filesystem: filesystem, logger: logger, meter: meter)
         let shownSource = link?.redactedURL ?? (source.isEmpty ? "/" : source)
         for path in readOptions.pins(options) {
             do throws(PinError) { try filesystem.keepPinned(path) } catch { fail("--pin \(path): \(error)", code: 64) }

@@ -64,6 +64,14 @@ extension Router {
         return .success(b)
     }
 
+    /// `limit`: absent, or 1...2000.
+    func limitArg(_ arg: JSON, route: String) -> Result<Int?, ReplyBox> {
+        guard let v = arg["limit"], !v.isNull else { return .success(nil) }
+        guard let l = v.intValue else { return .failure(ReplyBox(.badInput(route, "request body: limit: expected integer, got \(v.typeName)"))) }
+        guard (1...2000).contains(l) else { return .failure(ReplyBox(.badInput(route, "request body: limit: \(l) is not within range [1, 2000]"))) }
+        return .success(Int(l))
+    }
+
     func pathArg(_ arg: JSON, route: String, readPath: Bool, place: String = "request body") -> Result<String, ReplyBox> {
         guard case .object = arg else { return .failure(ReplyBox(.badInput(route, "\(place): expected object, got \(arg.typeName)"))) }
         guard let v = arg["path"] else { return .failure(ReplyBox(.badInput(route, "\(place): missing required field 'path'"))) }
@@ -90,12 +98,7 @@ extension Router {
             _ = try boolArg(arg, "include_media_info", default: false, route: route).get()
             _ = try boolArg(arg, "include_has_explicit_shared_members", default: false, route: route).get()
             let includeNonDownloadable = try boolArg(arg, "include_non_downloadable_files", default: true, route: route).get()
-            var limit: Int? = nil
-            if let v = arg["limit"], !v.isNull {
-                guard let l = v.intValue else { return .badInput(route, "request body: limit: expected integer, got \(v.typeName)") }
-                guard (1...2000).contains(l) else { return .badInput(route, "request body: limit: \(l) is not within range [1, 2000]") }
-                limit = Int(l)
-            }
+            let limit = try limitArg(arg, route: route).get()
             let base = try pathBase(request, route: route).get()
             let folder: [String]
             var itself: EntrySnapshot?

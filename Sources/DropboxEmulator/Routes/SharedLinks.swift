@@ -47,6 +47,7 @@ final class SharedLinkRegistry: Sendable {
     /// Publishes `path` (of `index`) and returns its URL; publishing it again replaces the
     /// password and expiry and keeps the URL.
     func publish(path: String, password: String?, expires: Int?, index: FileIndex) throws(Problem) -> String {
+        index.drain()   // a path made just before is publishable
         let lower = path.split(separator: "/").map { $0.lowercased() }
         let isFolder: Bool
         if lower.isEmpty { isFolder = true } else {
@@ -209,19 +210,18 @@ extension Router {
     /// `files/list_folder` with `shared_link`: one folder of the link (Dropbox lists links only
     /// non-recursively), entries without paths, a cursor that remembers the link.
     func listSharedLinkFolder(arg: JSON, route: String) -> Reply {
-        guard case .object(let fields)? = arg["shared_link"], let url = arg["shared_link"]?["url"]?.stringValue else {
+        guard let url = arg["shared_link"]?["url"]?.stringValue else {
             return .badInput(route, "request body: shared_link: missing required field 'url'")
         }
-        _ = fields
         let password = arg["shared_link"]?["password"]?.stringValue
         if arg["recursive"]?.boolValue == true {
             return .badInput(route, "request body: recursive: Only non-recursive mode is supported for shared link.")
         }
         guard let path = arg["path"]?.stringValue else { return .badInput(route, "request body: missing required field 'path'") }
-        var limit: Int? = nil
-        if let v = arg["limit"], !v.isNull {
-            guard let l = v.intValue, (1...2000).contains(l) else { return .badInput(route, "request body: limit: expected integer within range [1, 2000]") }
-            limit = Int(l)
+        let limit: Int?
+        switch limitArg(arg, route: route) {
+        case .success(let value): limit = value
+        case .failure(let box): return box.reply
         }
         // A link listing's problems come back as list_folder's own path errors.
         let target: LinkTarget
@@ -254,7 +254,6 @@ extension Admin {
             return .text(.badRequest, "shared_links: body must be {\"path\": ...}", [:])
         }
         let expires = body["expires"]?.intValue.map { Int($0) }
-        app.router.index.drain()
         do {
             let url = try app.router.sharedLinks.publish(path: path, password: body["password"]?.stringValue, expires: expires,
                                                          index: app.router.index)

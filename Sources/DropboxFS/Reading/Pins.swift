@@ -259,9 +259,8 @@ extension DropboxFilesystem {
         }
     }
 
-    /// The thread that keeps pinned files in the block cache, until the mount stops (started with
-    /// the change feed, or on its own by a mount that follows no changes).
-    public func startPinning() {
+    /// The thread that keeps pinned files in the block cache, until the mount stops.
+    func startPinning() {
         guard let pins, reader.cache != nil else { return }
         let thread = Thread { [self] in
             while !stopped.load(ordering: .relaxed) {

@@ -16,10 +16,12 @@ import Foundation
 import Synchronization
 
 extension DropboxFilesystem {
-    /// Loads the saved tree, if any, and starts the sync thread.
+    /// Loads the saved tree, if any, and starts the sync thread and the pins' thread; a mount that
+    /// follows no changes (`FilesystemOptions.followsChanges`, a shared link) starts only the pins'.
     public func startChangeFeed(longpollTimeout: Int = 30) {
-        loadPersistedTree()
         startPinning()
+        guard options.followsChanges else { return }
+        loadPersistedTree()
         let thread = Thread { [self] in syncLoop(longpollTimeout: longpollTimeout) }
         thread.name = "dbx-sync"
         thread.start()
@@ -112,8 +114,8 @@ extension DropboxFilesystem {
     /// deletion), so such a folder is listed again when the fill ends (`listAgainAfterFill`); so is
     /// the mounted folder, whose own listing runs beside `get_latest_cursor`. A top folder made or
     /// deleted between that listing and the cursor is therefore found then (an added one is listed
-    /// when first opened; a deleted one's subtree listing finds nothing). Subtrees never overlap: the mounted folder's own children are listed on their own, then
-    /// each subfolder's subtree once.
+    /// when first opened; a deleted one's subtree listing finds nothing). Subtrees never overlap:
+    /// the mounted folder's own children are listed on their own, then each subfolder's subtree once.
     private func fill(replacing: Bool) throws(DropboxError) {
         let startedAt = now()
         state.withLock {

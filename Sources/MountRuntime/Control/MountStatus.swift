@@ -131,7 +131,7 @@ extension MountStatus {
     init(of mount: Mount, identity: MountIdentity, now: Date = Date()) {
         let usage = mount.filesystem.usage
         let sync = mount.filesystem.syncProgress
-        let feedState = if !mount.followChanges {
+        let feedState = if !mount.filesystem.followsChanges {
             "none"
         } else if sync.offline {
             "offline"
