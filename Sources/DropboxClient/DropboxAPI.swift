@@ -14,6 +14,14 @@ public protocol DropboxAPI: Sendable {
     func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage
     /// `files/list_folder/continue`.
     func listFolderContinue(cursor: String) throws(DropboxError) -> ListFolderPage
+    /// `listFolder`, calling `cursorKnown` once with the page's cursor and `has_more` as soon as
+    /// they are known, which may be before its entries are decoded (`ListingPages` asks for the
+    /// next page then). The default calls it when the page is decoded.
+    func listFolder(path: String, recursive: Bool, limit: Int?,
+                    cursorKnown: (_ cursor: String, _ hasMore: Bool) -> Void) throws(DropboxError) -> ListFolderPage
+    /// `listFolderContinue`, with `cursorKnown` as for `listFolder`.
+    func listFolderContinue(cursor: String,
+                            cursorKnown: (_ cursor: String, _ hasMore: Bool) -> Void) throws(DropboxError) -> ListFolderPage
     /// `files/list_folder/get_latest_cursor`.
     func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String
     /// `files/list_folder/longpoll` (notify host, no auth). `timeout` is 30...480 seconds.
@@ -43,6 +51,20 @@ public protocol DropboxAPI: Sendable {
 
 extension DropboxAPI {
     public func routeAnswering(_ route: String) -> String { route }
+
+    public func listFolder(path: String, recursive: Bool, limit: Int?,
+                           cursorKnown: (_ cursor: String, _ hasMore: Bool) -> Void) throws(DropboxError) -> ListFolderPage {
+        let page = try listFolder(path: path, recursive: recursive, limit: limit)
+        cursorKnown(page.cursor, page.hasMore)
+        return page
+    }
+
+    public func listFolderContinue(cursor: String,
+                                   cursorKnown: (_ cursor: String, _ hasMore: Bool) -> Void) throws(DropboxError) -> ListFolderPage {
+        let page = try listFolderContinue(cursor: cursor)
+        cursorKnown(page.cursor, page.hasMore)
+        return page
+    }
 
     /// The bytes of `range` collected from the streaming download, for an implementation whose
     /// streaming download is its own (so both forms share one set of checks).

@@ -78,6 +78,20 @@ public struct MeteredDropboxAPI: DropboxAPI {
         try meter.count("files/list_folder/continue") { () throws(DropboxError) in try base.listFolderContinue(cursor: cursor) }
     }
 
+    public func listFolder(path: String, recursive: Bool, limit: Int?,
+                           cursorKnown: (_ cursor: String, _ hasMore: Bool) -> Void) throws(DropboxError) -> ListFolderPage {
+        try meter.count("files/list_folder") { () throws(DropboxError) in
+            try base.listFolder(path: path, recursive: recursive, limit: limit, cursorKnown: cursorKnown)
+        }
+    }
+
+    public func listFolderContinue(cursor: String,
+                                   cursorKnown: (_ cursor: String, _ hasMore: Bool) -> Void) throws(DropboxError) -> ListFolderPage {
+        try meter.count("files/list_folder/continue") { () throws(DropboxError) in
+            try base.listFolderContinue(cursor: cursor, cursorKnown: cursorKnown)
+        }
+    }
+
     public func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String {
         try meter.count("files/list_folder/get_latest_cursor") { () throws(DropboxError) in try base.latestCursor(path: path, recursive: recursive) }
     }

@@ -26,6 +26,22 @@ struct RequestShapeTests {
         #expect(arg["include_non_downloadable_files"] == .bool(true))
     }
 
+    @Test func aPagesCursorIsHandedOnBeforeItsEntriesAreDecoded() throws {
+        // The entry is broken, so decoding fails: the cursor was read before it, once.
+        let fake = FakeTransport { _, _ in response(#"{"entries":[{".tag":"file"}],"cursor":"c9","has_more":true}"#) }
+        var known: [String] = []
+        let error = thrown { () throws(DropboxError) in
+            try makeClient(fake).listFolderContinue(cursor: "c8") { cursor, hasMore in known.append("\(cursor) \(hasMore)") }
+        }
+        #expect(known == ["c9 true"])
+        guard case .malformedResponse? = error else { Issue.record("expected malformedResponse, got \(String(describing: error))"); return }
+        // A page that decodes hands its cursor on once too.
+        let plain = FakeTransport { _, _ in response(#"{"entries":[],"cursor":"c1","has_more":false}"#) }
+        var late: [String] = []
+        _ = try makeClient(plain).listFolder(path: "", recursive: false, limit: nil) { cursor, _ in late.append(cursor) }
+        #expect(late == ["c1"])
+    }
+
     @Test func voidArgumentIsNull() throws {
         let fake = FakeTransport { _, _ in response(#"{"used":1,"allocation":{".tag":"individual","allocated":2}}"#) }
         _ = try makeClient(fake).spaceUsage()

@@ -100,3 +100,38 @@ struct TimestampTests {
         #expect(DropboxTimestamp.format(1_431_445_838) == "2015-05-12T15:50:38Z")
     }
 }
+
+@Suite("Reading a page's cursor before its entries")
+struct EarlyCursorTests {
+    @Test func findsTheMembersWhereverTheyAreAndStepsOverTheRest() {
+        let text = #"""
+            {"entries": [{"name": "a \"quoted\" ]}[{ name", "n": -1.5e3, "t": true, "z": null, "x": [[], {}, [{"a": "\\"}]]}],
+             "cursor": "AAF-cur_sor", "nested": {"cursor": "not this one", "has_more": "no"}, "has_more": true}
+            """#
+        let found = JSONReader.topLevelMembers(of: Array(text.utf8), named: ["cursor", "has_more"])
+        #expect(found == ["cursor": .string("AAF-cur_sor"), "has_more": .bool(true)])
+        let first = Decode.listFolderContinuation(Array(#"{"has_more":false,"cursor":"c1","entries":[]}"#.utf8))
+        #expect(first?.cursor == "c1" && first?.hasMore == false)
+    }
+
+    @Test func aRepeatedKeyKeepsItsLastValueAsTheFullDecodeDoes() throws {
+        let body = Array(#"{"cursor": "old", "entries": [], "has_more": false, "cursor": "new"}"#.utf8)
+        #expect(Decode.listFolderContinuation(body)?.cursor == "new")
+        #expect(try Decode.listFolderPage(body).cursor == "new")
+    }
+
+    @Test(arguments: [
+        "", "[]", "{", #"{"cursor": "c""#, #"{"cursor": "c", "has_more": 1}"#, #"{"cursor": "", "has_more": true}"#,
+        #"{"has_more": true}"#, #"{"entries": ["unterminated], "cursor": "c", "has_more": true}"#,
+        #"{"entries": [1, 2 "cursor": "c", "has_more": true}"#,
+    ])
+    func unreadableTextGivesNoEarlyCursor(_ text: String) {
+        #expect(Decode.listFolderContinuation(Array(text.utf8)) == nil)
+    }
+
+    @Test func deepNestingIsSteppedOverWithoutRecursion() {
+        let deep = String(repeating: "[", count: 200_000) + String(repeating: "]", count: 200_000)
+        let text = #"{"entries": "# + deep + #", "cursor": "c", "has_more": false}"#
+        #expect(Decode.listFolderContinuation(Array(text.utf8))?.cursor == "c")
+    }
+}

@@ -183,6 +183,40 @@ struct ParallelFillTests {
         #expect(eventually { dropbox.counters.listFolder == before + 1 })
     }
 
+    @Test func subtreeListingsWaitWhileAReaderReadsTheFolderItWaitedForToTheEnd() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        dropbox.addFolder("/Wide")
+        for f in 0..<120 { dropbox.addFile("/Wide/f\(f).txt", [1]) }
+        dropbox.addFolder("/Deep")
+        for d in 0..<10 {
+            dropbox.addFolder("/Deep/d\(d)")
+            dropbox.addFile("/Deep/d\(d)/f.txt", [1])
+        }
+        // Two folders at the top: each is listed alone, then Deep's ten subfolders as subtrees.
+        // Wide's listing takes a round trip longer than Deep's, so the subtrees are ready first.
+        let subtrees = Mutex(0)
+        dropbox.setPathGate { path, recursive in
+            if recursive { subtrees.withLock { $0 += 1 } }
+            if path.lowercased() == "/wide" { Thread.sleep(forTimeInterval: 0.4) }
+        }
+        let fs = makeFS(dropbox)
+        defer { fs.stopChangeFeed() }
+        fs.startChangeFeed()
+        let wide = try fs.lookup(parent: .root, name: "Wide")
+        let handle = try fs.openDirectory(wide.inode)
+        #expect(subtrees.withLock { $0 } == 0, "no subtree listing started while the reader waited")
+        _ = try fs.readDirectory(handle, from: 0, limit: 60)
+        Thread.sleep(forTimeInterval: 0.2)
+        #expect(subtrees.withLock { $0 } == 0, "nor while it reads the folder")
+        let entries = try fs.readDirectory(handle, from: 60)
+        #expect(entries.count == 122 - 60)
+        #expect(try fs.readDirectory(handle, from: 122).isEmpty)
+        #expect(eventually { subtrees.withLock { $0 } == 10 }, "read to the end: the subtrees go on")
+        fs.releaseDirectory(handle)
+        #expect(eventually { fs.isFeedLive })
+        #expect(try visible(fs) == served(dropbox))
+    }
+
     @Test func foldersReadersListedDuringTheFirstListingAreInvalidatedWhenItEnds() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         addTopFolders(["A", "B", "C"], to: dropbox)

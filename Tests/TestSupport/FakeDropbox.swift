@@ -72,6 +72,14 @@ public final class FakeDropbox: DropboxAPI {
         cursorGate.withLock { $0 = gate }
     }
 
+    private let pathGate = Mutex<(@Sendable (_ path: String, _ recursive: Bool) -> Void)?>(nil)
+
+    /// Called inside `listFolder` with the folder it lists, after the other gates: lets a test
+    /// make one folder's listing take longer than another's.
+    public func setPathGate(_ gate: (@Sendable (_ path: String, _ recursive: Bool) -> Void)?) {
+        pathGate.withLock { $0 = gate }
+    }
+
     /// Replaces the gates (see `init`); a gate may change this Dropbox.
     public func setGates(listing: (@Sendable () -> Void)?, recursive: (@Sendable () -> Void)?) {
         gates.withLock { $0 = (listing, recursive) }
@@ -165,6 +173,7 @@ public final class FakeDropbox: DropboxAPI {
     public func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage {
         let gate = gates.withLock { recursive ? $0.recursive : $0.listing }
         gate?()
+        pathGate.withLock { $0 }?(path, recursive)
         try checkFailure()
         let key = path.lowercased()
         if recursive {

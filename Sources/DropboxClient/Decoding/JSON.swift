@@ -110,6 +110,70 @@ struct JSONReader {
         try parse(Array(text.utf8))
     }
 
+    /// The members named `wanted` of the top-level object, read without building any other member:
+    /// a `list_folder` page's cursor is known this way before its thousands of entries are decoded
+    /// (`ListingPages`). A repeated key keeps its last value, as `JSONObject` does. nil if the text
+    /// is not an object or ends early; the full parse then says what is wrong.
+    static func topLevelMembers(of bytes: [UInt8], named wanted: Set<String>) -> [String: JSONValue]? {
+        var reader = JSONReader(bytes)
+        return try? reader.readTopLevelMembers(wanted)
+    }
+
+    private mutating func readTopLevelMembers(_ wanted: Set<String>) throws(JSONSyntaxError) -> [String: JSONValue] {
+        skipWhitespace()
+        guard current == UInt8(ascii: "{") else { throw failure("expected an object") }
+        index += 1
+        var found: [String: JSONValue] = [:]
+        skipWhitespace()
+        if current == UInt8(ascii: "}") { return found }
+        while true {
+            let key = try readKey()
+            if wanted.contains(key) {
+                found[key] = try readValue(depth: 1)
+            } else {
+                try skipValue()
+            }
+            skipWhitespace()
+            switch current {
+            case UInt8(ascii: ","): index += 1
+            case UInt8(ascii: "}"): return found
+            default: throw failure("expected ',' or '}'")
+            }
+        }
+    }
+
+    /// Steps over one value, looking only at what finding its end needs (brackets and strings);
+    /// no recursion, so any nesting costs no stack.
+    private mutating func skipValue() throws(JSONSyntaxError) {
+        var depth = 0
+        while let c = current {
+            switch c {
+            case UInt8(ascii: "\""):
+                index += 1
+                while true {
+                    guard let s = current else { throw failure("unterminated string") }
+                    index += s == UInt8(ascii: "\\") ? 2 : 1
+                    if s == UInt8(ascii: "\"") { break }
+                }
+                if depth == 0 { return }
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                depth += 1
+                index += 1
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                if depth == 0 { return }    // the end of the object around a number or literal
+                depth -= 1
+                index += 1
+                if depth == 0 { return }
+            case UInt8(ascii: ","), 0x20, 0x09, 0x0A, 0x0D:
+                if depth == 0 { return }
+                index += 1
+            default:
+                index += 1
+            }
+        }
+        throw failure("unexpected end of input")
+    }
+
     private func failure(_ reason: String) -> JSONSyntaxError {
         JSONSyntaxError(reason: reason, offset: index)
     }
@@ -149,19 +213,25 @@ struct JSONReader {
         }
     }
 
+    /// A member's key and the colon after it, leaving the reader at the member's value.
+    private mutating func readKey() throws(JSONSyntaxError) -> String {
+        skipWhitespace()
+        guard current == UInt8(ascii: "\"") else { throw failure("expected a key") }
+        let key = try readString()
+        skipWhitespace()
+        guard current == UInt8(ascii: ":") else { throw failure("expected ':'") }
+        index += 1
+        skipWhitespace()
+        return key
+    }
+
     private mutating func readObject(depth: Int) throws(JSONSyntaxError) -> JSONValue {
         index += 1  // {
         var fields = JSONObject()
         skipWhitespace()
         if current == UInt8(ascii: "}") { index += 1; return .object(fields) }
         while true {
-            skipWhitespace()
-            guard current == UInt8(ascii: "\"") else { throw failure("expected a key") }
-            let key = try readString()
-            skipWhitespace()
-            guard current == UInt8(ascii: ":") else { throw failure("expected ':'") }
-            index += 1
-            skipWhitespace()
+            let key = try readKey()
             fields.append(key, try readValue(depth: depth + 1))
             skipWhitespace()
             switch current {

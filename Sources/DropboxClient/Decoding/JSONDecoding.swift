@@ -231,6 +231,16 @@ enum Decode {
         return ListFolderPage(entries: decoded, cursor: cursor, hasMore: try f.bool("has_more"))
     }
 
+    /// A page's cursor and `has_more`, read before its entries are decoded, so that the next page
+    /// can be asked for while this one is decoded. nil when they cannot be read that way; the full
+    /// decode (`listFolderPage`) then fails with the reason.
+    static func listFolderContinuation(_ body: [UInt8]) -> (cursor: String, hasMore: Bool)? {
+        guard let members = JSONReader.topLevelMembers(of: body, named: ["cursor", "has_more"]),
+              case .string(let cursor)? = members["cursor"], !cursor.isEmpty,
+              case .bool(let hasMore)? = members["has_more"] else { return nil }
+        return (cursor, hasMore)
+    }
+
     static func cursor(_ body: [UInt8]) throws(DropboxError) -> String {
         let f = try JSONFields(try json(body, context: "get_latest_cursor"), context: "get_latest_cursor")
         let cursor = try f.string("cursor")

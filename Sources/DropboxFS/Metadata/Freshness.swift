@@ -26,7 +26,11 @@ extension DropboxFilesystem {
         return .list(path: path, firstTime: !tree.isComplete(folder))
     }
 
-    func ensureFreshListing(of folder: Slot) throws(FSError) {
+    /// Lists `folder` if what the tree holds of it cannot be trusted. True if the caller waited
+    /// for that folder's own listing (its own, or the first listing's of that folder alone), which
+    /// subtree listings made way for (`FeedStatus.readersWaitingForAFolder`).
+    @discardableResult
+    func ensureFreshListing(of folder: Slot) throws(FSError) -> Bool {
         var decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         if case .waitForCatchUp = decision, !reachability.isUnreachable {
             // A tree loaded from the persistent cache is being brought up to date; its `continue`
@@ -37,15 +41,18 @@ extension DropboxFilesystem {
             feedChanged.unlock()
             decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         }
-        if case .list(let path, _) = decision, waitForFill(covering: path) {
-            decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
+        var waitedAlone = false
+        if case .list(let path, _) = decision {
+            let wait = waitForFill(covering: path)
+            waitedAlone = wait.alone
+            if wait.waited { decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) } }
         }
-        guard case .list(let path, let firstTime) = decision else { return }
+        guard case .list(let path, let firstTime) = decision else { return waitedAlone }
         if reachability.isUnreachable {
             // Offline: a listed folder keeps its saved answer, and one never listed is an error
             // now rather than after the retries of a call that cannot connect.
             if firstTime { throw .upstream(Reachability.offline) }
-            return
+            return waitedAlone
         }
         try folderListings.run(folder) { () throws(FSError) -> Void in
             // A caller that queued behind another's listing may find the folder already fresh.
@@ -87,6 +94,7 @@ extension DropboxFilesystem {
             }
             invalidate(invalidations)
         }
+        return true
     }
 
     /// Lists `folder` again once the first listing is done, telling the kernel what changed; if
@@ -119,15 +127,16 @@ extension DropboxFilesystem {
     static let fillWaitLimit: TimeInterval = 2
 
     /// Waits while a call of the first listing (or a reader's listing of that folder) under way
-    /// covers `path`; true if it waited.
-    func waitForFill(covering path: String) -> Bool {
+    /// covers `path`: whether it waited, and whether for that folder's own listing (`alone`).
+    @discardableResult
+    func waitForFill(covering path: String) -> (waited: Bool, alone: Bool) {
         let lowerPath = path.lowercased()
         let (covered, alone) = state.withLock { state -> (Bool, Bool) in
             let alone = state.feed.fillListsFolderAlone(lowerPath)
             if alone { state.feed.readersWaitingForAFolder += 1 }
             return (state.feed.fillCovers(lowerPath), alone)
         }
-        guard covered else { return false }
+        guard covered else { return (false, false) }
         let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
         feedChanged.lock()
         while state.withLock({ $0.feed.fillCovers(lowerPath) }) && Date() < deadline { _ = feedChanged.wait(until: deadline) }
@@ -136,17 +145,15 @@ extension DropboxFilesystem {
             state.withLock { $0.feed.readersWaitingForAFolder -= 1 }
             signalFeedChanged()   // subtree listings paused for this reader go on
         }
-        return true
+        return (true, alone)
     }
 
     private func listWholeFolder(_ path: String) throws(FSError) -> [Metadata] {
+        let pages = ListingPages(api, path: path, recursive: false, limit: 2000)
+        defer { pages.stop() }
         do {
-            var page = try api.listFolder(path: path, recursive: false, limit: 2000)
-            var entries = page.entries
-            while page.hasMore {
-                page = try api.listFolderContinue(cursor: page.cursor)
-                entries.append(contentsOf: page.entries)
-            }
+            var entries: [Metadata] = []
+            while let page = try pages.next() { entries.append(contentsOf: page.entries) }
             return entries
         } catch {
             // The Dropbox client has logged the failed call (with its request id); the operation's

@@ -64,7 +64,7 @@ extension DropboxFilesystem {
     public func openDirectory(_ inode: InodeNumber) throws(FSError) -> FileHandleID {
         try reporting(.opendir, inode: inode) { () throws(FSError) -> FileHandleID in
             guard let folder = Slot(inode) else { throw .notFound }
-            try ensureFreshListing(of: folder)
+            let waited = try ensureFreshListing(of: folder)
             let (handle, images) = try state.withLock { state throws(FSError) -> (FileHandleID, [ThumbnailTarget]) in
                 let tree = state.tree
                 guard tree.isAlive(folder) else { throw .notFound }
@@ -72,7 +72,9 @@ extension DropboxFilesystem {
                 var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
                 for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
                 let images = thumbnailer == nil ? [] : tree.children(of: folder).compactMap { thumbnailTarget($0, in: tree) }
-                return (state.addDirectoryHandle(entries), images)
+                let handle = state.addDirectoryHandle(entries)
+                if waited { state.feed.foldersReadAfterWaiting[handle] = now() + Self.fillWaitLimit }
+                return (handle, images)
             }
             // Before the listing is answered: a file manager looks for thumbnails right after it.
             thumbnailer?.prepare(images)
@@ -95,9 +97,15 @@ extension DropboxFilesystem {
         -> [DirectoryEntry]
     {
         try reporting(.readdir, handle: handle) { () throws(FSError) -> [DirectoryEntry] in
-            try state.withLock { state throws(FSError) -> [DirectoryEntry] in
+            var readToTheEnd = false
+            defer { if readToTheEnd { signalFeedChanged() } }   // subtree listings that made way go on
+            return try state.withLock { state throws(FSError) -> [DirectoryEntry] in
                 guard let snapshot = state.directoryHandles[handle] else { throw .badHandle }
-                guard offset >= 0, offset < snapshot.count else { return [] }
+                guard offset >= 0, offset < snapshot.count else {
+                    // The reader has every entry (the kernel asks past the end once it has).
+                    readToTheEnd = state.feed.foldersReadAfterWaiting.removeValue(forKey: handle) != nil
+                    return []
+                }
                 var entries: [DirectoryEntry] = []
                 for (name, slot) in snapshot[offset...].prefix(limit) {
                     guard state.tree.isAlive(slot) else {
@@ -113,7 +121,11 @@ extension DropboxFilesystem {
     }
 
     public func releaseDirectory(_ handle: FileHandleID) {
-        _ = state.withLock { $0.directoryHandles.removeValue(forKey: handle) }
+        let heldTheFill = state.withLock { state in
+            state.directoryHandles.removeValue(forKey: handle)
+            return state.feed.foldersReadAfterWaiting.removeValue(forKey: handle) != nil
+        }
+        if heldTheFill { signalFeedChanged() }   // subtree listings that made way go on
     }
 
     // MARK: - Filesystem

@@ -54,7 +54,7 @@ struct TreeUpdate {
     /// created, a file replaces a subtree, a folder keeps its children, a deleted entry removes one.
     /// With `newFoldersListedAt` (the feed, once the tree is whole), a folder that first appears here
     /// is complete from birth: the recursive cursor reports everything that lands in it.
-    mutating func apply(_ entries: [Metadata], to tree: inout Tree, notify: Bool, newFoldersListedAt: Double? = nil) {
+    mutating func apply(_ entries: some Sequence<Metadata>, to tree: inout Tree, notify: Bool, newFoldersListedAt: Double? = nil) {
         // The folder the last entry landed in, by the display path the walk followed. A listing
         // sends a folder's entries one after another, so most entries skip the walk from the root.
         // The slot stays valid: only an entry at that folder's own path or above can remove it, and

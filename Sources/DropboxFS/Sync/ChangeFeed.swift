@@ -131,15 +131,17 @@ extension DropboxFilesystem {
         var listRootAgain = false
         if concurrency <= 1 {
             var update = TreeUpdate(rootPath: options.rootPath, logger: logger, collectTouched: replacing, showExports: options.showExports)
-            var page = try api.listFolder(path: options.rootPath, recursive: true, limit: 2000)
-            applyBatch(page.entries, update: &update, notify: replacing)
-            while page.hasMore {
-                if stopped.load(ordering: .relaxed) { return }
-                page = try api.listFolderContinue(cursor: page.cursor)
+            let pages = ListingPages(api, path: options.rootPath, recursive: true, limit: 2000)
+            defer { pages.stop() }
+            var last: String?
+            while let page = try pages.next() {
                 applyBatch(page.entries, update: &update, notify: replacing)
+                last = page.cursor
+                if stopped.load(ordering: .relaxed) { return }
             }
+            guard let last else { return }   // stopped before the first page
             touched = update.touched
-            cursor = page.cursor
+            cursor = last
         } else {
             // The cursor and the mounted folder's own entries at once, one round trip sooner for
             // whoever waits for the top folder (`ls -l` of a large folder right after mounting).
@@ -236,11 +238,12 @@ extension DropboxFilesystem {
     /// mounting. A reader waiting for a subtree pauses nothing: that is `find` walking behind
     /// the fill, which needs all of it.
     private func yieldToReadersWaitingForAFolder() {
-        guard state.withLock({ $0.feed.readersWaitingForAFolder > 0 }) else { return }
+        guard state.withLock({ $0.feed.fillMakesWay(now: now()) }) else { return }
         let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
         feedChanged.lock()
-        while state.withLock({ $0.feed.readersWaitingForAFolder > 0 }) && Date() < deadline && !stopped.load(ordering: .relaxed) {
-            _ = feedChanged.wait(until: deadline)
+        while state.withLock({ $0.feed.fillMakesWay(now: now()) }) && Date() < deadline && !stopped.load(ordering: .relaxed) {
+            // A reader's hold ends by itself too: look again every 50 ms.
+            _ = feedChanged.wait(until: min(deadline, Date().addingTimeInterval(0.05)))
         }
         feedChanged.unlock()
     }
@@ -280,15 +283,24 @@ extension DropboxFilesystem {
             }
             signalFeedChanged()   // readers waiting for this call (waitForFill)
         }
-        var page: ListFolderPage
-        do throws(DropboxError) {
-            page = try api.listFolder(path: path, recursive: recursive, limit: 2000)
-        } catch where path != options.rootPath && (error.isRoute("path", "not_found") || error.isRoute("path", "not_folder")) {
-            // Deleted, or replaced by a file, since its parent was listed: the feed brings that.
-            return []
-        }
+        // A subtree's first page waits too: its answers, and those of the subtrees beside it, would
+        // otherwise take the two cores from the folder the reader waits for.
+        if recursive { yieldToReadersWaitingForAFolder() }
+        let chain = ListingPages(api, path: path, recursive: recursive, limit: 2000)
+        defer { chain.stop() }
         var pages = 0, entries = 0
         while true {
+            let next: ListFolderPage?
+            do throws(DropboxError) {
+                next = try chain.next()
+            } catch where path != options.rootPath && pages == 0 && (error.isRoute("path", "not_found") || error.isRoute("path", "not_folder")) {
+                // Deleted, or replaced by a file, since its parent was listed: the feed brings that.
+                return []
+            } catch where path != options.rootPath && pages > 0 && error.isRoute("path") {
+                // The folder went away while it was being listed; the feed removes what was applied.
+                break
+            }
+            guard let page = next else { break }
             pages += 1
             entries += page.entries.count
             applyBatch(page.entries, update: &update, notify: replacing)
@@ -300,12 +312,6 @@ extension DropboxFilesystem {
             }
             guard page.hasMore, !stopped.load(ordering: .relaxed) else { break }
             if recursive { yieldToReadersWaitingForAFolder() }
-            do throws(DropboxError) {
-                page = try api.listFolderContinue(cursor: page.cursor)
-            } catch where path != options.rootPath && error.isRoute("path") {
-                // The folder went away while it was being listed; the feed removes what was applied.
-                break
-            }
         }
         if stopped.load(ordering: .relaxed) { return subfolders }
         // Listed whole: its folders answer from the tree now, so a reader that reaches them
@@ -360,15 +366,13 @@ extension DropboxFilesystem {
 
     /// `continue` from `cursor` until Dropbox has nothing more, applying every change.
     private func drain(from cursor: String) throws(DropboxError) {
-        var cursor = cursor
-        var page: ListFolderPage
-        repeat {
-            page = try api.listFolderContinue(cursor: cursor)
+        let pages = ListingPages(api, continuingFrom: cursor)
+        defer { pages.stop() }
+        while let page = try pages.next() {
             var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
             applyBatch(page.entries, update: &update, notify: true, newFoldersListedAt: now())
-            cursor = page.cursor
-            state.withLock { $0.feed.cursor = cursor }
-        } while page.hasMore
+            state.withLock { $0.feed.cursor = page.cursor }
+        }
         state.withLock { state in
             if state.feed.catchingUp {
                 state.feed.catchingUp = false
@@ -380,6 +384,22 @@ extension DropboxFilesystem {
 
     private func applyBatch(_ entries: [Metadata], update: inout TreeUpdate, notify: Bool,
                             newFoldersListedAt: Double? = nil) {
+        // A slice at a time: a page of 2,000 entries held the tree's lock for 5-40 ms on two busy
+        // cores, and every lookup and readdir of the user's waited behind it. A slice boundary
+        // is no different from a page boundary Dropbox could have chosen there.
+        var start = entries.startIndex
+        repeat {
+            let end = min(start + Self.entriesPerLockHold, entries.endIndex)
+            applySlice(entries[start..<end], update: &update, notify: notify, newFoldersListedAt: newFoldersListedAt)
+            start = end
+        } while start < entries.endIndex
+    }
+
+    /// How many entries of a page are applied under one hold of the tree's lock (about 1 ms).
+    static let entriesPerLockHold = 200
+
+    private func applySlice(_ entries: ArraySlice<Metadata>, update: inout TreeUpdate, notify: Bool,
+                            newFoldersListedAt: Double?) {
         let (invalidations, rewritten) = state.withLock { state -> ([KernelInvalidation], [ThumbnailTarget]) in
             update.invalidations = []
             update.changedFiles = []

@@ -27,6 +27,17 @@ struct FeedStatus {
     /// large folder right after mounting. Subtree listings pause between pages meanwhile, so
     /// that the folder someone is looking at gets the CPU rather than the background.
     var readersWaitingForAFolder = 0
+    /// Folders a reader waited for and is reading now (open, not read to the end), with when the
+    /// subtree listings stop making way for it at the latest: `ls -l` reads the 10,000 entries
+    /// it waited for while they pause, not among their pages (their decoding, and the tree's
+    /// lock while they apply). `find` keeps folders open while it walks below them, so the end
+    /// of the reading, not `releasedir`, ends the pause.
+    var foldersReadAfterWaiting: [FileHandleID: Double] = [:]
+
+    /// Whether subtree listings should pause now (see the two above).
+    func fillMakesWay(now: Double) -> Bool {
+        readersWaitingForAFolder > 0 || foldersReadAfterWaiting.values.contains { $0 > now }
+    }
 
     /// The last first listing of the mounted folder (nil if the tree came from the persistent
     /// cache and none was needed), for `dbx-mount status`.
