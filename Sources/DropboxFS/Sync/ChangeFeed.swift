@@ -232,11 +232,11 @@ extension DropboxFilesystem {
         return found.subfolders
     }
 
-    /// A subtree listing's pause between pages while a reader waits for one folder's own listing
-    /// (`FeedStatus.readersWaitingForAFolder`), at most `fillWaitLimit`: on two cores, eight
-    /// subtree listings otherwise doubled the time of `ls -l` of a 10,000-file folder right after
-    /// mounting. A reader waiting for a subtree pauses nothing: that is `find` walking behind
-    /// the fill, which needs all of it.
+    /// A subtree listing's pause, before each page, while a reader waits for one folder's own
+    /// listing or reads a folder it waited for (`FeedStatus.fillMakesWay`), at most
+    /// `fillWaitLimit`: on two cores, eight subtree listings otherwise doubled the time of `ls -l`
+    /// of a 10,000-file folder right after mounting. A reader waiting for a subtree pauses
+    /// nothing: that is `find` walking behind the fill, which needs all of it.
     private func yieldToReadersWaitingForAFolder() {
         guard state.withLock({ $0.feed.fillMakesWay(now: now()) }) else { return }
         let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
