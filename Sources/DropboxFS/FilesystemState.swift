@@ -11,17 +11,17 @@ struct State {
     /// while the feed is live.
     var cachesDroppedAt = -Double.infinity
 
-    mutating func addFileHandle(_ file: OpenFile) -> FileHandleID {
+    /// A handle number for a directory about to be opened, so that the fill's pause for its reader
+    /// (`FeedStatus.foldersReadAfterWaiting`) can start under the same lock hold as the wait ends.
+    mutating func reserveHandle() -> FileHandleID {
         let handle = FileHandleID(nextHandle)
         nextHandle += 1
-        fileHandles[handle] = file
         return handle
     }
 
-    mutating func addDirectoryHandle(_ entries: [(name: String, slot: Slot)]) -> FileHandleID {
-        let handle = FileHandleID(nextHandle)
-        nextHandle += 1
-        directoryHandles[handle] = entries
+    mutating func addFileHandle(_ file: OpenFile) -> FileHandleID {
+        let handle = reserveHandle()
+        fileHandles[handle] = file
         return handle
     }
 }

@@ -193,16 +193,29 @@ struct ParallelFillTests {
             dropbox.addFile("/Deep/d\(d)/f.txt", [1])
         }
         // Two folders at the top: each is listed alone, then Deep's ten subfolders as subtrees.
-        // Wide's listing takes a round trip longer than Deep's, so the subtrees are ready first.
+        // Both answer once the reader waits for Wide, Wide a round trip later than Deep, so the
+        // subtrees are ready to start while the reader waits.
         let subtrees = Mutex(0)
+        // Set once the reader has the mounted folder (which it may have waited for too).
+        let openingWide = Mutex<DropboxFilesystem?>(nil)
+        @Sendable func untilAReaderWaits() {
+            let deadline = Date().addingTimeInterval(10)
+            while openingWide.withLock({ ($0?.state.withLock { $0.feed.readersWaitingForAFolder } ?? 0) == 0 }),
+                  Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        }
         dropbox.setPathGate { path, recursive in
             if recursive { subtrees.withLock { $0 += 1 } }
-            if path.lowercased() == "/wide" { Thread.sleep(forTimeInterval: 0.4) }
+            switch path.lowercased() {
+            case "/deep": untilAReaderWaits()
+            case "/wide": untilAReaderWaits(); Thread.sleep(forTimeInterval: 0.3)
+            default: break
+            }
         }
         let fs = makeFS(dropbox)
         defer { fs.stopChangeFeed() }
         fs.startChangeFeed()
         let wide = try fs.lookup(parent: .root, name: "Wide")
+        openingWide.withLock { $0 = fs }
         let handle = try fs.openDirectory(wide.inode)
         #expect(subtrees.withLock { $0 } == 0, "no subtree listing started while the reader waited")
         _ = try fs.readDirectory(handle, from: 0, limit: 60)
@@ -241,10 +254,13 @@ struct ParallelFillTests {
         #expect(invalidated.withLock { $0 }.isEmpty)
         hold.signal()
         hold.signal()
+        // The feed goes live just before the fill tells the kernel.
         #expect(eventually { fs.isFeedLive })
-        let sent = invalidated.withLock { $0 }
-        #expect(sent.contains(.inode(c.inode)) && sent.contains(.inode(sub.inode)),
-                "the kernel drops its copies of what readers listed: \(sent)")
+        let told = eventually {
+            let sent = invalidated.withLock { $0 }
+            return sent.contains(.inode(c.inode)) && sent.contains(.inode(sub.inode))
+        }
+        #expect(told, "the kernel drops its copies of what readers listed: \(invalidated.withLock { $0 })")
         #expect(try fs.lookup(parent: sub.inode, name: "g.txt").size == 1)
     }
 
@@ -269,9 +285,10 @@ struct ParallelFillTests {
         release.signal()
         // The deletion came before the cursor, so the feed never reports it; the fill's own
         // listing does not show the file, but only adds and updates.
+        // The feed goes live before that listing again is in.
         #expect(eventually { fs.isFeedLive })
+        #expect(eventually { invalidated.withLock { $0 }.contains(.entry(parent: .root, name: "gone.txt")) })
         #expect(throws: FSError.notFound) { try fs.lookup(parent: .root, name: "gone.txt") }
-        #expect(invalidated.withLock { $0 }.contains(.entry(parent: .root, name: "gone.txt")))
     }
 
     @Test func whatChangesAtTheTopBetweenTheTopListingAndTheCursorShowsWhenTheFillEnds() throws {

@@ -26,11 +26,12 @@ extension DropboxFilesystem {
         return .list(path: path, firstTime: !tree.isComplete(folder))
     }
 
-    /// Lists `folder` if what the tree holds of it cannot be trusted. True if the caller waited
-    /// for that folder's own listing (its own, or the first listing's of that folder alone), which
-    /// subtree listings made way for (`FeedStatus.readersWaitingForAFolder`).
-    @discardableResult
-    func ensureFreshListing(of folder: Slot) throws(FSError) -> Bool {
+    /// Lists `folder` if what the tree holds of it cannot be trusted. If the caller waits for that
+    /// folder's own listing (its own, or the first listing's of that folder alone), subtree
+    /// listings make way meanwhile (`FeedStatus.readersWaitingForAFolder`); with `readerHandle`,
+    /// they go on making way while that handle reads the folder (`foldersReadAfterWaiting`),
+    /// from the same lock hold on, so that none starts in between.
+    func ensureFreshListing(of folder: Slot, readerHandle: FileHandleID? = nil) throws(FSError) {
         var decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         if case .waitForCatchUp = decision, !reachability.isUnreachable {
             // A tree loaded from the persistent cache is being brought up to date; its `continue`
@@ -41,23 +42,24 @@ extension DropboxFilesystem {
             feedChanged.unlock()
             decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         }
-        var waitedAlone = false
         if case .list(let path, _) = decision {
-            let wait = waitForFill(covering: path)
-            waitedAlone = wait.alone
-            if wait.waited { decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) } }
+            if waitForFill(covering: path, readerHandle: readerHandle) { decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) } }
         }
-        guard case .list(let path, let firstTime) = decision else { return waitedAlone }
+        guard case .list(let path, let firstTime) = decision else { return }
         if reachability.isUnreachable {
             // Offline: a listed folder keeps its saved answer, and one never listed is an error
             // now rather than after the retries of a call that cannot connect.
             if firstTime { throw .upstream(Reachability.offline) }
-            return waitedAlone
+            return
         }
         try folderListings.run(folder) { () throws(FSError) -> Void in
             // A caller that queued behind another's listing may find the folder already fresh.
             let again = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
-            guard case .list = again else { return }
+            guard case .list = again else {
+                // It waited for another reader's listing of the folder.
+                state.withLock { $0.feed.holdForReader(readerHandle, until: now() + Self.fillWaitLimit) }
+                return
+            }
             let listedAt = now()
             let entries: [Metadata]
             // While it lists, the first listing waits for it rather than list the folder again,
@@ -71,6 +73,7 @@ extension DropboxFilesystem {
                 state.withLock {
                     $0.feed.listingsInFlight.removeAll { $0 == call }
                     $0.feed.readersWaitingForAFolder -= 1
+                    $0.feed.holdForReader(readerHandle, until: now() + Self.fillWaitLimit)
                 }
                 signalFeedChanged()
             }
@@ -94,7 +97,6 @@ extension DropboxFilesystem {
             }
             invalidate(invalidations)
         }
-        return true
     }
 
     /// Lists `folder` again once the first listing is done, telling the kernel what changed; if
@@ -127,25 +129,29 @@ extension DropboxFilesystem {
     static let fillWaitLimit: TimeInterval = 2
 
     /// Waits while a call of the first listing (or a reader's listing of that folder) under way
-    /// covers `path`: whether it waited, and whether for that folder's own listing (`alone`).
+    /// covers `path`: whether it waited. If it waited for that folder's own listing, subtree
+    /// listings make way meanwhile, and then for `readerHandle` (see `ensureFreshListing`).
     @discardableResult
-    func waitForFill(covering path: String) -> (waited: Bool, alone: Bool) {
+    func waitForFill(covering path: String, readerHandle: FileHandleID? = nil) -> Bool {
         let lowerPath = path.lowercased()
         let (covered, alone) = state.withLock { state -> (Bool, Bool) in
             let alone = state.feed.fillListsFolderAlone(lowerPath)
             if alone { state.feed.readersWaitingForAFolder += 1 }
             return (state.feed.fillCovers(lowerPath), alone)
         }
-        guard covered else { return (false, false) }
+        guard covered else { return false }
         let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
         feedChanged.lock()
         while state.withLock({ $0.feed.fillCovers(lowerPath) }) && Date() < deadline { _ = feedChanged.wait(until: deadline) }
         feedChanged.unlock()
         if alone {
-            state.withLock { $0.feed.readersWaitingForAFolder -= 1 }
-            signalFeedChanged()   // subtree listings paused for this reader go on
+            state.withLock {
+                $0.feed.readersWaitingForAFolder -= 1
+                $0.feed.holdForReader(readerHandle, until: now() + Self.fillWaitLimit)
+            }
+            signalFeedChanged()   // subtree listings paused for this reader go on (without one)
         }
-        return (true, alone)
+        return true
     }
 
     private func listWholeFolder(_ path: String) throws(FSError) -> [Metadata] {

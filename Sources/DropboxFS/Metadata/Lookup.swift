@@ -64,17 +64,22 @@ extension DropboxFilesystem {
     public func openDirectory(_ inode: InodeNumber) throws(FSError) -> FileHandleID {
         try reporting(.opendir, inode: inode) { () throws(FSError) -> FileHandleID in
             guard let folder = Slot(inode) else { throw .notFound }
-            let waited = try ensureFreshListing(of: folder)
-            let (handle, images) = try state.withLock { state throws(FSError) -> (FileHandleID, [ThumbnailTarget]) in
-                let tree = state.tree
-                guard tree.isAlive(folder) else { throw .notFound }
-                guard tree.isDirectory(folder) else { throw .notADirectory }
-                var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
-                for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
-                let images = thumbnailer == nil ? [] : tree.children(of: folder).compactMap { thumbnailTarget($0, in: tree) }
-                let handle = state.addDirectoryHandle(entries)
-                if waited { state.feed.foldersReadAfterWaiting[handle] = now() + Self.fillWaitLimit }
-                return (handle, images)
+            let handle = state.withLock { $0.reserveHandle() }
+            let images: [ThumbnailTarget]
+            do throws(FSError) {
+                try ensureFreshListing(of: folder, readerHandle: handle)
+                images = try state.withLock { state throws(FSError) -> [ThumbnailTarget] in
+                    let tree = state.tree
+                    guard tree.isAlive(folder) else { throw .notFound }
+                    guard tree.isDirectory(folder) else { throw .notADirectory }
+                    var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
+                    for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
+                    state.directoryHandles[handle] = entries
+                    return thumbnailer == nil ? [] : tree.children(of: folder).compactMap { thumbnailTarget($0, in: tree) }
+                }
+            } catch {
+                releaseDirectory(handle)   // ends the fill's pause for it, if one began
+                throw error
             }
             // Before the listing is answered: a file manager looks for thumbnails right after it.
             thumbnailer?.prepare(images)

@@ -34,6 +34,11 @@ struct FeedStatus {
     /// of the reading, not `releasedir`, ends the pause.
     var foldersReadAfterWaiting: [FileHandleID: Double] = [:]
 
+    /// Subtree listings go on making way for `handle` (if any) while it reads what it waited for.
+    mutating func holdForReader(_ handle: FileHandleID?, until deadline: Double) {
+        if let handle { foldersReadAfterWaiting[handle] = deadline }
+    }
+
     /// Whether subtree listings should pause now (see the two above).
     func fillMakesWay(now: Double) -> Bool {
         readersWaitingForAFolder > 0 || foldersReadAfterWaiting.values.contains { $0 > now }
