@@ -21,6 +21,15 @@ struct PinTests {
         FileManager.default.temporaryDirectory.appendingPathComponent("dbx-pins-\(UUID())").path
     }
 
+    /// The cache folder's files and their sizes, for failure messages.
+    static func blocks(in directory: String) -> [String: UInt64] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return Dictionary(uniqueKeysWithValues: names.map { name in
+            let size = (try? FileManager.default.attributesOfItem(atPath: directory + "/" + name)[.size] as? NSNumber)??.uint64Value
+            return (name, size ?? 0)
+        })
+    }
+
     func tree() -> FakeDropbox {
         let dropbox = FakeDropbox()
         dropbox.addFolder("/Pinned")
@@ -43,7 +52,8 @@ struct PinTests {
         let pinned = try fs.pin("Pinned/")
         #expect(pinned.path == "/Pinned" && pinned.files == 2 && pinned.bytesTotal == UInt64(3 * Self.MiB + 8))
         #expect(eventually(within: 20) { fs.pinStatus.first?.complete == true }, "\(fs.pinStatus)")
-        #expect(fs.reader.cache?.usage.bytes == UInt64(3 * Self.MiB + 8), "exactly the pinned files are cached")
+        #expect(fs.reader.cache?.usage.bytes == UInt64(3 * Self.MiB + 8),
+                "exactly the pinned files are cached: \(Self.blocks(in: directory)), \(fs.pinStatus)")
         #expect(FileManager.default.fileExists(atPath: directory + "/pins.json"))
 
         let remounted = makeFS(dropbox, directory: directory)
@@ -86,6 +96,23 @@ struct PinTests {
         }
         #expect(cache.cachedBytes(of: pinned) == pinned.size, "the pinned file's blocks stayed")
         #expect(cache.usage.bytes <= 4 << 20)
+    }
+}
+
+extension PinTests {
+    /// What else lives in the folder (pins.json, and the temporary copy Foundation writes it
+    /// through) is never counted as a block: that once made a mount's cache usage 12 bytes high.
+    @Test func onlyBlocksCountTowardsTheCacheUsage() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let block = BlockCache.key(ReadFile(id: "id:a", rev: "015f3", size: 7), block: 0)
+        for (name, size) in [(block, 7), ("pins.json", 12), (".dat.nosync1EC5.zTe9AI", 12), ("notes.txt.1", 5), ("ab.cd.ef", 2)] {
+            FileManager.default.createFile(atPath: directory + "/" + name, contents: Data(count: size))
+        }
+        let cache = BlockCache(directory: directory, capacity: 1 << 20, logger: .init(label: "test"))
+        #expect(cache.usage.bytes == 7 && cache.usage.blocks == 1)
+        #expect(BlockCache.isBlockName(block))
     }
 }
 

@@ -154,7 +154,7 @@ final class BlockCache: Sendable {
         var found: [(key: String, size: UInt64, used: Date)] = []
         for name in (try? fm.contentsOfDirectory(atPath: directory)) ?? [] {
             if name.hasPrefix(".tmp-") { try? fm.removeItem(atPath: path(name)); continue }
-            guard name.split(separator: ".").count == 3,
+            guard Self.isBlockName(name),
                   let attributes = try? fm.attributesOfItem(atPath: path(name)),
                   let size = (attributes[.size] as? NSNumber)?.uint64Value else { continue }
             found.append((name, size, attributes[.modificationDate] as? Date ?? .distantPast))
@@ -162,6 +162,16 @@ final class BlockCache: Sendable {
         var index = Index()
         for block in found.sorted(by: { $0.used < $1.used }) { index.touch(block.key, size: block.size) }
         return index
+    }
+
+    /// Whether `name` has the shape of a block's key. The folder holds other files too: `pins.json`
+    /// and, while it is being rewritten, Foundation's hidden temporary copy of it (`.dat.nosync…`), which a scan
+    /// must not count as a block.
+    static func isBlockName(_ name: String) -> Bool {
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let id = parts.first, let index = parts.last,
+              !id.isEmpty, !parts[1].isEmpty, !index.isEmpty else { return false }
+        return id.allSatisfy(\.isHexDigit) && index.allSatisfy(\.isASCII) && index.allSatisfy(\.isNumber)
     }
 
     private func isCached(_ key: String) -> Bool { withIndex { $0.entries[key] != nil } }
