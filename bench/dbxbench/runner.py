@@ -148,7 +148,7 @@ class Runner:
         if workload.get("fixture") == "pins":
             return self.run_pin(workload)
         name, metric = workload["name"], workload["metric"]
-        emulator, ctx, mount_args = self.emulator, self.ctx, list(self.args.mount_arg)
+        emulator, ctx, mount_args = self.emulator, self.ctx, list(self.args.mount_arg) + workload.get("mount_args", [])
         if workload.get("tls"):
             emulator, ctx = self.tls_emulator()
             mount_args += ["--ca-bundle", str(emulator.tls["ca"])]

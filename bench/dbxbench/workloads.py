@@ -214,4 +214,12 @@ OPT_IN_WORKLOADS.append(
              "a block cache once it has listed the account, until dbx-mount status says the pin is complete. "
              "Warm: unpin and pin again (everything is cached already)",
      "baseline_what": "one curl downloading the same 200 files one after another over one connection (--next)"})
+# seq-read-tls-50ms with --direct-io: the reader's bytes skip the kernel's page cache, whose
+# fresh pages are what a buffered read pays most for on a VM that hands free memory back to its
+# host (README, "Reads at Dropbox's real conditions").
+OPT_IN_WORKLOADS.append(
+    {"name": "seq-read-tls-50ms-direct-io", "kind": READ, "metric": "throughput", "run": w_seq_read,
+     "baseline": b_seq_read, "tls": True, "latency_ms": 50, "mount_args": ["--direct-io"],
+     "what": "dd bs=1M of one large file over TLS, 50 ms per request, mounted with --direct-io",
+     "baseline_what": "curl of the same file over TLS from the same emulator"})
 OPT_IN_NAMES = [w["name"] for w in OPT_IN_WORKLOADS]
