@@ -49,6 +49,8 @@ public final class MountSession {
             throw MountError(description: "cannot mount at \(mountpoint) (is /dev/fuse available, and fusermount3 installed?)")
         }
         mounted = true
+        // Only to ask for mmap of direct_io files (see KernelChannel); without it, all else works.
+        _ = KernelChannel.install(on: session)
         mount.mountpoint.withLock { $0 = mountpoint }
     }
 

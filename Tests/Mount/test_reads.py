@@ -3,6 +3,7 @@ faults and with parallel readers; tail and random reads download little; the blo
 second read without a download call."""
 import hashlib
 import json
+import mmap
 import os
 import random
 import stat
@@ -201,6 +202,21 @@ def test_direct_io_reads_past_the_page_cache(files, reads_emulator, mount, args)
     # nothing; with it, every read reaches the mount and a new open starts a new stream.
     downloaded = stats(reads_emulator)["download_bytes"]
     assert downloaded >= 2 * size - 2 * MiB, f"{downloaded} bytes downloaded for two reads of {size}"
+
+
+@pytest.mark.parametrize("args", [["--direct-io"], []])
+def test_a_shared_mmap_reads_the_served_bytes_with_and_without_direct_io(files, reads_emulator, mount, args):
+    # With direct_io the kernel allows a shared mmap only if the INIT reply asked for
+    # FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6+), which dbx-mount adds itself (KernelChannel).
+    mnt = mount(*args)
+    kernel = tuple(int(part) for part in os.uname().release.split("-")[0].split(".")[:2])
+    if args and kernel < (6, 6):
+        with open(mnt / "a.bin", "rb") as f, pytest.raises(OSError):
+            mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        return
+    with open(mnt / "a.bin", "rb") as f, mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ) as m:
+        assert hashlib.sha256(m).hexdigest() == sha256(files / "a.bin")
+        assert m[-5:] == (files / "a.bin").read_bytes()[-5:]
 
 
 def test_without_direct_io_a_second_read_comes_from_the_page_cache(files, reads_emulator, mount):
