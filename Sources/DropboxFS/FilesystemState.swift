@@ -11,8 +11,9 @@ struct State {
     /// while the feed is live.
     var cachesDroppedAt = -Double.infinity
 
-    /// A handle number for a directory about to be opened, so that the fill's pause for its reader
-    /// (`FeedStatus.foldersReadAfterWaiting`) can start under the same lock hold as the wait ends.
+    /// The next handle number. A directory takes its number before it is listed, so that the
+    /// fill's pause for its reader (`FeedStatus.foldersReadAfterWaiting`) can start under the same
+    /// lock hold as the reader's wait ends.
     mutating func reserveHandle() -> FileHandleID {
         let handle = FileHandleID(nextHandle)
         nextHandle += 1

@@ -45,7 +45,7 @@ struct ReadOptions: ParsableArguments {
         pin + (list.settings["pin"].map { [$0] } ?? [])
     }
 
-    @Flag(help: ArgumentHelp("Bypass the kernel's page cache: reads go straight from read-ahead to the reader, which saves a copy and about 0.25 CPU-s per GiB on long streams, but every read reaches dbx-mount (nothing re-read is cached by the kernel) and shared mmap fails (ENODEV)."))
+    @Flag(help: ArgumentHelp("Bypass the kernel's page cache: reads go straight from read-ahead to the reader, which saves a copy and about 0.25 CPU-s per GiB on long streams, but every read reaches dbx-mount (nothing re-read is cached by the kernel). mmap still works on Linux 6.6 and later; on older kernels a shared mmap fails (ENODEV)."))
     var directIO = false
 
     /// Whether files are opened with `direct_io` (the flag, else `-o direct_io`).

@@ -165,13 +165,13 @@ final class BlockCache: Sendable {
     }
 
     /// Whether `name` has the shape of a block's key. The folder holds other files too: `pins.json`
-    /// and, while it is being rewritten, Foundation's hidden temporary copy of it (`.dat.nosync…`), which a scan
-    /// must not count as a block.
+    /// and, while it is being rewritten, Foundation's hidden temporary copy of it
+    /// (`.dat.nosync….…`), which a scan must not count as a block.
     static func isBlockName(_ name: String) -> Bool {
         let parts = name.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let id = parts.first, let index = parts.last,
               !id.isEmpty, !parts[1].isEmpty, !index.isEmpty else { return false }
-        return id.allSatisfy(\.isHexDigit) && index.allSatisfy(\.isASCII) && index.allSatisfy(\.isNumber)
+        return id.allSatisfy(\.isHexDigit) && index.allSatisfy { $0.isASCII && $0.isNumber }
     }
 
     private func isCached(_ key: String) -> Bool { withIndex { $0.entries[key] != nil } }
