@@ -291,6 +291,39 @@ struct ParallelFillTests {
         #expect(throws: FSError.notFound) { try fs.lookup(parent: .root, name: "gone.txt") }
     }
 
+    @Test func aFolderWhoseListingAgainFailsKeepsItsAnswerOfflineAndIsListedWhenDropboxAnswers() throws {
+        let dropbox = FakeDropbox(pageSize: 50)
+        addTopFolders(["A"], to: dropbox)
+        dropbox.addFile("/top.txt", [1])
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        dropbox.setCursorGate { entered.signal(); release.wait() }
+        let fs = makeFS(dropbox)
+        defer { fs.stopChangeFeed(); release.signal() }
+        fs.startChangeFeed()
+        #expect(entered.wait(timeout: .now() + 5) == .success)
+        #expect(eventually { (try? fs.lookup(parent: .root, name: "A")) != nil })
+        // Dropbox goes out of reach as the mounted folder is listed again after the fill.
+        dropbox.setPathGate { path, recursive in
+            if path.isEmpty, !recursive { dropbox.fail(with: ReachabilityTests.refused) }
+        }
+        dropbox.setCursorGate(nil)
+        release.signal()
+        #expect(eventually(within: 10) { fs.syncProgress.offline })
+        dropbox.setPathGate(nil)
+        let names = { () throws -> [String] in
+            let handle = try fs.openDirectory(.root)
+            defer { fs.releaseDirectory(handle) }
+            return try fs.readDirectory(handle, from: 2).map(\.name).sorted()
+        }
+        #expect(try names() == ["A", "top.txt"], "offline, the folder keeps the answer it had")
+        // Gone while out of reach, and never reported: only listing the folder again shows it.
+        dropbox.silentlyRemove("/top.txt")
+        dropbox.fail(with: nil)
+        #expect(eventually(within: 10) { !fs.syncProgress.offline && fs.isFeedLive })
+        #expect(try names() == ["A"], "the folder is listed again once Dropbox answers")
+    }
+
     @Test func whatChangesAtTheTopBetweenTheTopListingAndTheCursorShowsWhenTheFillEnds() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         addTopFolders(["A", "B"], to: dropbox)

@@ -17,7 +17,7 @@ extension DropboxFilesystem {
         let tree = state.tree
         guard tree.isAlive(folder) else { throw .notFound }
         guard tree.isDirectory(folder) else { throw .notADirectory }
-        if tree.isComplete(folder), tree.listedAt(folder) >= state.cachesDroppedAt {
+        if tree.isComplete(folder), !tree.mustListAgain(folder), tree.listedAt(folder) >= state.cachesDroppedAt {
             if state.feed.live { return .fresh }
             if now() - max(tree.listedAt(folder), state.feed.lastContact) < ttlSeconds { return .fresh }
             if state.feed.catchingUp { return .waitForCatchUp }
@@ -100,7 +100,8 @@ extension DropboxFilesystem {
     }
 
     /// Lists `folder` again once the first listing is done, telling the kernel what changed; if
-    /// Dropbox cannot answer, the folder is listed on its next use instead (see `fill`).
+    /// Dropbox cannot answer, the folder is listed on its next use instead (see `fill`), and
+    /// keeps its answer meanwhile should Dropbox stay out of reach.
     func listAgainAfterFill(_ folder: Slot) {
         guard let path = state.withLock({ state -> String? in
             guard state.tree.isAlive(folder), state.tree.isDirectory(folder) else { return nil }
@@ -117,7 +118,7 @@ extension DropboxFilesystem {
             }
             invalidate(invalidations)
         } catch {
-            state.withLock { if $0.tree.isAlive(folder) { $0.tree.markIncomplete(folder) } }
+            state.withLock { if $0.tree.isAlive(folder) { $0.tree.markMustListAgain(folder) } }
             invalidate([.inode(folder.inode)])
         }
     }

@@ -63,6 +63,9 @@ struct Tree {
         static let sizeReported: UInt16 = 8
         /// A document read through `files/export` (FileDetails.isExport).
         static let export: UInt16 = 16
+        /// A complete folder whose listing may be out of date and is not trusted until listed
+        /// again; unlike an incomplete one, it keeps its answer while Dropbox cannot be reached.
+        static let mustListAgain: UInt16 = 32
     }
 
     private var records: [Record] = []
@@ -88,6 +91,7 @@ struct Tree {
 
     func isDirectory(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.directory != 0 }
     func isComplete(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.complete != 0 }
+    func mustListAgain(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.mustListAgain != 0 }
     func listedAt(_ slot: Slot) -> Double { records[Int(slot.index)].listedAt }
     func parent(_ slot: Slot) -> Slot { Slot(index: records[Int(slot.index)].parent) }
     func subfolderCount(_ slot: Slot) -> UInt32 { records[Int(slot.index)].subfolderCount }
@@ -259,11 +263,14 @@ struct Tree {
 
     mutating func markComplete(_ folder: Slot, listedAt: Double) {
         records[Int(folder.index)].flags |= Flag.complete
+        records[Int(folder.index)].flags &= ~Flag.mustListAgain
         records[Int(folder.index)].listedAt = listedAt
     }
 
-    mutating func markIncomplete(_ folder: Slot) {
-        records[Int(folder.index)].flags &= ~Flag.complete
+    /// Keeps what the folder holds, to answer with while Dropbox cannot be reached, but lists it
+    /// again on its next use when Dropbox can.
+    mutating func markMustListAgain(_ folder: Slot) {
+        records[Int(folder.index)].flags |= Flag.mustListAgain
     }
 
     /// Sets the listing time of every complete folder (after a change feed catches up, say).
@@ -278,6 +285,7 @@ struct Tree {
     mutating func markAllFoldersComplete(at time: Double) {
         for i in records.indices where records[i].flags & (Flag.alive | Flag.directory) == Flag.alive | Flag.directory {
             records[i].flags |= Flag.complete
+            records[i].flags &= ~Flag.mustListAgain
             records[i].listedAt = time
         }
     }
