@@ -109,7 +109,14 @@ def run(tool: str, thumbnails: bool, shot: Path = None, settle: float = 8, limit
     app = None
     mount = None
     try:
-        time.sleep(1)
+        # Xvfb is ready when its socket appears; a file manager started before that exits at once
+        # (on a loaded machine one second was not always enough).
+        socket_path = Path(f"/tmp/.X11-unix/X{display[1:]}")
+        deadline = time.monotonic() + 30
+        while not socket_path.exists():
+            assert xvfb.poll() is None, f"Xvfb {display} exited with {xvfb.returncode}"
+            assert time.monotonic() < deadline, f"Xvfb {display} did not start"
+            time.sleep(0.1)
         # conftest's Mount puts the mount's XDG_CACHE_HOME beside the mount point: the file
         # manager's HOME below is the same folder's parent, so both see one thumbnail cache.
         mount = Mount(emulator, home / "mnt", *(["--thumbnails", "--thumbnail-dir", str(work / "cache" / "thumbnails")]

@@ -219,8 +219,10 @@ def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_pa
     # No change feed (nothing listens on the notify URL) and a long TTL: what was listed is trusted
     # for an hour, so a change on Dropbox is not seen until SIGHUP.
     env = dict(mount_env(emulator, tmp_path), DBX_NOTIFY_URL="http://127.0.0.1:9")
-    process = subprocess.Popen([str(DBX_MOUNT), "-f", "--ttl", "3600", "--no-cache", str(mnt)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log_path = tmp_path / "mount.log"
+    log = open(log_path, "w")
+    process = subprocess.Popen([str(DBX_MOUNT), "-f", "-vv", "--ttl", "3600", "--no-cache", str(mnt)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
         deadline = time.monotonic() + 30
         while not is_mounted(mnt):
@@ -240,9 +242,13 @@ def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_pa
         assert (mnt / "docs" / "a.txt").read_bytes() == b"changed\n"
         assert (mnt / "docs" / "b.txt").read_bytes() == b"b\n"
         assert process.poll() is None and is_mounted(mnt)   # SIGHUP no longer ends the session
+    except (AssertionError, OSError):
+        print("the mount's log:\n" + log_path.read_text(errors="replace")[-20_000:])
+        raise
     finally:
         stop_mount(mnt, process)
         emulator.stop()
+        log.close()
 
 
 # --- logging -----------------------------------------------------------------------------------
@@ -272,6 +278,11 @@ def test_one_line_per_failed_operation_with_the_request_id_and_no_token(tmp_path
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         assert os.listdir(mnt) == ["a.txt"]
+        # The first listing ends with the mounted folder listed again; once it has, the one call
+        # left to fail is the listing after SIGHUP.
+        while "listed the mounted folder" not in log.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         shutil.rmtree(served / "docs")                    # the mounted folder, behind the mount's back (no feed)
         process.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
