@@ -23,7 +23,7 @@ from .report import git_commit, machine_info, results_markdown, write_outputs
 # --------------------------------------------------------------------------------------------
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="Benchmark dbx-mount against same-run baselines (see docs/benchmarks.md).")
+    p = argparse.ArgumentParser(description="Benchmark dbx-mount against same-run baselines (see the README's Benchmarks).")
     p.add_argument("--quick", action="store_true", help="small fixtures, 1 repeat, short fio: under 3 minutes")
     p.add_argument("--latency-ms", type=int, help="emulator latency per request for every workload")
     p.add_argument("--metadata-latency-ms", type=int, help="latency for metadata workloads (default 50)")
