@@ -79,6 +79,32 @@ def stats(emulator) -> dict:
     return json.load(urllib.request.urlopen(emulator.url + "/__stats", timeout=10))
 
 
+def blocked_in(session: int) -> dict:
+    """Where the threads of the file manager's process group sleep in the kernel (`wchan`), with
+    how many sleep there: a thread waiting on the mount shows `request_wait_answer`."""
+    places = {}
+    for pid in os.listdir("/proc"):
+        try:
+            if not pid.isdigit() or os.getpgid(int(pid)) != session:
+                continue
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/wchan") as f:
+                    place = f.read().strip() or "running"
+                places[place] = places.get(place, 0) + 1
+        except OSError:
+            continue
+    return places
+
+
+def fuse_waiting(mountpoint: Path):
+    """Requests the kernel has sent the mount and not had answered (its FUSE connection's count)."""
+    try:
+        with open(f"/sys/fs/fuse/connections/{os.minor(os.stat(mountpoint).st_dev)}/waiting") as f:
+            return int(f.read())
+    except OSError:
+        return None
+
+
 def wait_quiet(emulator, settle: float, limit: float) -> dict:
     """Waits until the emulator has seen no new request for `settle` seconds (at most `limit`)."""
     deadline = time.monotonic() + limit
@@ -136,6 +162,7 @@ def run(tool: str, thumbnails: bool, shot: Path = None, settle: float = 8, limit
             while len(list(cache.glob("*/*.png"))) < 3 * PHOTOS and time.monotonic() < deadline:
                 time.sleep(0.5)
         after = wait_quiet(emulator, settle, limit)
+        waiting = blocked_in(app.pid), fuse_waiting(mount.mountpoint)
         if shot:
             subprocess.run(["import", "-display", display, "-window", "root", str(shot)], check=False,
                            capture_output=True, timeout=30)
@@ -144,7 +171,10 @@ def run(tool: str, thumbnails: bool, shot: Path = None, settle: float = 8, limit
                 "download_bytes": after["download_bytes"] - before["download_bytes"],
                 "downloads": requests.get("files/download", 0),
                 "thumbnail_calls": requests.get("files/get_thumbnail_batch", 0),
-                "thumbnails_in_cache": len(list(cache.glob("*/*.png")))}
+                "thumbnails_in_cache": len(list(cache.glob("*/*.png"))),
+                # For a run that went wrong: every call, and the end of the mount's log.
+                "requests": requests, "mount_log": mount.log()[-3000:],
+                "app_blocked_in": waiting[0], "fuse_requests_waiting": waiting[1]}
     finally:
         if app and app.poll() is None:
             os.killpg(app.pid, 15)

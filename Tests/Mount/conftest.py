@@ -167,12 +167,16 @@ class Mount:
         env = dict(os.environ, DBX_ACCESS_TOKEN=token, DBX_API_URL=emulator.url,
                    DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url,
                    XDG_CACHE_HOME=str(cache_home or mountpoint.parent / "cache"))
-        self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, str(mountpoint)], env=env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Its log goes to a file: a pipe nobody reads until the end would block the mount (and
+        # with it the operation that logs) once 64 KiB of lines had filled it.
+        self.log_path = mountpoint.parent / f"{mountpoint.name}.log"
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, str(mountpoint)], env=env,
+                                            stdout=log, stderr=log, text=True)
         deadline = time.monotonic() + 30
         while not is_mounted(mountpoint):
             if self.process.poll() is not None:
-                raise RuntimeError(f"dbx-mount exited {self.process.returncode}: {self.process.stderr.read()}")
+                raise RuntimeError(f"dbx-mount exited {self.process.returncode}: {self.log()}")
             if time.monotonic() > deadline:
                 self.process.kill()
                 raise RuntimeError("dbx-mount did not mount within 30 s")
@@ -180,6 +184,10 @@ class Mount:
 
     def unmount(self):
         stop_mount(self.mountpoint, self.process)
+
+    def log(self) -> str:
+        """What the mount has written to stdout and stderr so far."""
+        return self.log_path.read_text(errors="replace")
 
 
 def stop_mount(mountpoint: Path, process: subprocess.Popen) -> None:

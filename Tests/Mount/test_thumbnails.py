@@ -179,5 +179,5 @@ def test_an_unwritable_thumbnail_directory_is_one_line_and_the_mount_works(photo
         assert (mount.mountpoint / "Photos" / "notes.txt").read_text() == "not an image\n"
     finally:
         mount.unmount()
-    errors = mount.process.stderr.read()
+    errors = mount.log()
     assert errors.count("cannot write thumbnails") == 1, errors[-2000:]
