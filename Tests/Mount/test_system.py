@@ -3,7 +3,6 @@
 Every mount made here is unmounted, and only processes these tests started are signalled.
 """
 import os
-import select
 import shutil
 import signal
 import socket
@@ -177,18 +176,15 @@ def test_daemonized_readiness_names_the_serving_process(emulator, tmp_path):
     assert not is_mounted(mnt)
 
 
-def read_log_until(process, needle: str, timeout: float = 10) -> str:
-    """Lines of the mount's stderr up to the first holding `needle`."""
-    seen = []
+def read_log_until(mount, needle: str, timeout: float = 10) -> str:
+    """The first line of the mount's log holding `needle`, once it is there."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stderr], [], [], 0.2)
-        if ready:
-            line = process.stderr.readline()
-            seen.append(line)
+        for line in mount.log().splitlines():
             if needle in line:
                 return line
-    raise AssertionError(f"no log line with {needle!r}: {''.join(seen)[-2000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"no log line with {needle!r}: {mount.log()[-2000:]}")
 
 
 def test_sigusr1_logs_one_stats_line(emulator, served, tmp_path):
@@ -197,7 +193,7 @@ def test_sigusr1_logs_one_stats_line(emulator, served, tmp_path):
         with open(m.mountpoint / "sizes" / "file-1000.bin", "rb") as held:
             assert held.read() == (served / "sizes" / "file-1000.bin").read_bytes()
             m.process.send_signal(signal.SIGUSR1)
-            line = read_log_until(m.process, " stats")
+            line = read_log_until(m, " stats")
         fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
         assert int(fields["entries"]) >= 3                 # at least what was looked up
         assert int(fields["rss_bytes"]) > 0
