@@ -96,15 +96,6 @@ def blocked_in(session: int) -> dict:
     return places
 
 
-def fuse_waiting(mountpoint: Path):
-    """Requests the kernel has sent the mount and not had answered (its FUSE connection's count)."""
-    try:
-        with open(f"/sys/fs/fuse/connections/{os.minor(os.stat(mountpoint).st_dev)}/waiting") as f:
-            return int(f.read())
-    except OSError:
-        return None
-
-
 def wait_quiet(emulator, settle: float, limit: float) -> dict:
     """Waits until the emulator has seen no new request for `settle` seconds (at most `limit`)."""
     deadline = time.monotonic() + limit
@@ -162,7 +153,7 @@ def run(tool: str, thumbnails: bool, shot: Path = None, settle: float = 8, limit
             while len(list(cache.glob("*/*.png"))) < 3 * PHOTOS and time.monotonic() < deadline:
                 time.sleep(0.5)
         after = wait_quiet(emulator, settle, limit)
-        waiting = blocked_in(app.pid), fuse_waiting(mount.mountpoint)
+        app_blocked_in = blocked_in(app.pid)
         if shot:
             subprocess.run(["import", "-display", display, "-window", "root", str(shot)], check=False,
                            capture_output=True, timeout=30)
@@ -172,9 +163,9 @@ def run(tool: str, thumbnails: bool, shot: Path = None, settle: float = 8, limit
                 "downloads": requests.get("files/download", 0),
                 "thumbnail_calls": requests.get("files/get_thumbnail_batch", 0),
                 "thumbnails_in_cache": len(list(cache.glob("*/*.png"))),
-                # For a run that went wrong: every call, and the end of the mount's log.
-                "requests": requests, "mount_log": mount.log()[-3000:],
-                "app_blocked_in": waiting[0], "fuse_requests_waiting": waiting[1]}
+                # For a run that went wrong: every call, the end of the mount's log, and where
+                # the file manager's threads waited.
+                "requests": requests, "mount_log": mount.log()[-3000:], "app_blocked_in": app_blocked_in}
     finally:
         if app and app.poll() is None:
             os.killpg(app.pid, 15)

@@ -55,6 +55,27 @@ struct ParallelFillTests {
         return found
     }
 
+    /// Holds the first listing at `get_latest_cursor` until `release()`: what a test does
+    /// meanwhile happens before the cursor is taken.
+    struct CursorHold {
+        let dropbox: FakeDropbox
+        let entered = DispatchSemaphore(value: 0)
+        let released = DispatchSemaphore(value: 0)
+
+        init(_ dropbox: FakeDropbox) {
+            self.dropbox = dropbox
+            dropbox.setCursorGate { [entered, released] in entered.signal(); released.wait() }
+        }
+
+        func waitUntilHeld() -> Bool { entered.wait(timeout: .now() + 5) == .success }
+
+        /// Lets the cursor be taken (again harmless, as a test's last word).
+        func release() {
+            dropbox.setCursorGate(nil)
+            released.signal()
+        }
+    }
+
     @Test func subtreesAreListedOnceEachAndAnswerWithoutFurtherCalls() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         for f in 0..<20 {
@@ -268,21 +289,18 @@ struct ParallelFillTests {
         let dropbox = FakeDropbox(pageSize: 50)
         addTopFolders(["A"], to: dropbox)
         dropbox.addFile("/gone.txt", [1])
-        let entered = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        dropbox.setCursorGate { entered.signal(); release.wait() }
+        let cursor = CursorHold(dropbox)
         let invalidated = Mutex<[KernelInvalidation]>([])
         let fs = makeFS(dropbox)
         fs.onInvalidation { batch in invalidated.withLock { $0 += batch } }
-        defer { fs.stopChangeFeed(); release.signal() }
+        defer { fs.stopChangeFeed(); cursor.release() }
         fs.startChangeFeed()
-        #expect(entered.wait(timeout: .now() + 5) == .success)
+        #expect(cursor.waitUntilHeld())
         // While the cursor is being taken, a reader lists the mounted folder; then the file goes.
         #expect(try fs.lookup(parent: .root, name: "gone.txt").size == 1)
         dropbox.remove("/gone.txt")
         clock.advance(by: 1)   // the cursor is taken after that listing
-        dropbox.setCursorGate(nil)
-        release.signal()
+        cursor.release()
         // The deletion came before the cursor, so the feed never reports it; the fill's own
         // listing does not show the file, but only adds and updates.
         // The feed goes live before that listing again is in.
@@ -295,20 +313,17 @@ struct ParallelFillTests {
         let dropbox = FakeDropbox(pageSize: 50)
         addTopFolders(["A"], to: dropbox)
         dropbox.addFile("/top.txt", [1])
-        let entered = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        dropbox.setCursorGate { entered.signal(); release.wait() }
+        let cursor = CursorHold(dropbox)
         let fs = makeFS(dropbox)
-        defer { fs.stopChangeFeed(); release.signal() }
+        defer { fs.stopChangeFeed(); cursor.release() }
         fs.startChangeFeed()
-        #expect(entered.wait(timeout: .now() + 5) == .success)
+        #expect(cursor.waitUntilHeld())
         #expect(eventually { (try? fs.lookup(parent: .root, name: "A")) != nil })
         // Dropbox goes out of reach as the mounted folder is listed again after the fill.
         dropbox.setPathGate { path, recursive in
             if path.isEmpty, !recursive { dropbox.fail(with: ReachabilityTests.refused) }
         }
-        dropbox.setCursorGate(nil)
-        release.signal()
+        cursor.release()
         #expect(eventually(within: 10) { fs.syncProgress.offline })
         dropbox.setPathGate(nil)
         let names = { () throws -> [String] in
@@ -328,21 +343,18 @@ struct ParallelFillTests {
         let dropbox = FakeDropbox(pageSize: 50)
         addTopFolders(["A", "B"], to: dropbox)
         dropbox.addFile("/top.txt", [1])
-        let entered = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        dropbox.setCursorGate { entered.signal(); release.wait() }
+        let cursor = CursorHold(dropbox)
         let fs = makeFS(dropbox)
-        defer { fs.stopChangeFeed(); release.signal() }
+        defer { fs.stopChangeFeed(); cursor.release() }
         fs.startChangeFeed()
-        #expect(entered.wait(timeout: .now() + 5) == .success)
+        #expect(cursor.waitUntilHeld())
         // The mounted folder's own listing runs beside the cursor and is in before it is taken.
         #expect(eventually { (try? fs.lookup(parent: .root, name: "A")) != nil })
         dropbox.addFolder("/New")
         dropbox.addFile("/New/n.txt", [7, 7])
         dropbox.remove("/B")
         dropbox.addFile("/top.txt", [1, 2, 3])
-        dropbox.setCursorGate(nil)
-        release.signal()
+        cursor.release()
         // None of it comes through the feed (it is older than the cursor): the mounted folder is
         // listed again when the fill ends.
         #expect(eventually { fs.isFeedLive })
