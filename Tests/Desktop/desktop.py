@@ -141,7 +141,13 @@ def run(tool: str, thumbnails: bool, shot: Path = None, settle: float = 8, limit
         before = stats(emulator)
         env = dict(os.environ, DISPLAY=display, HOME=str(home), XDG_CACHE_HOME=str(work / "cache"),
                    XDG_CONFIG_HOME=str(home / ".config"), XDG_DATA_HOME=str(home / ".local/share"),
-                   XDG_RUNTIME_DIR=str(home / "runtime"), NO_AT_BRIDGE="1", GTK_A11Y="none")
+                   XDG_RUNTIME_DIR=str(home / "runtime"), NO_AT_BRIDGE="1", GTK_A11Y="none",
+                   # GTK 4 (Nautilus) draws with GL by default, here Mesa's llvmpipe on Xvfb, and
+                   # in about one run in three its main thread never came back from ending its
+                   # first frame (gdb: gdk_draw_context_end_frame, in a condition wait), leaving
+                   # the window at "Loading..." before it even opened the folder; the mount had
+                   # answered every call. Cairo draws without GL.
+                   GSK_RENDERER="cairo")
         env.pop("DBUS_SESSION_BUS_ADDRESS", None)
         app = subprocess.Popen(["dbus-run-session", "--", *TOOLS[tool], str(mount.mountpoint / "Photos")], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
