@@ -159,7 +159,8 @@ def mount_entry(path: Path) -> list:
 class Mount:
     """dbx-mount in the foreground (-f), so the test owns the process it signals."""
 
-    def __init__(self, emulator: Emulator, mountpoint: Path, *args: str, token: str = TOKEN, cache_home: Path = None):
+    def __init__(self, emulator: Emulator, mountpoint: Path, *args: str, token: str = TOKEN, cache_home: Path = None,
+                 cwd: Path = None):
         self.mountpoint = mountpoint
         mountpoint.mkdir(parents=True, exist_ok=True)
         # The persistent cache goes to the test's own folder, never the user's ~/.cache. Mounts
@@ -172,7 +173,7 @@ class Mount:
         self.log_path = mountpoint.parent / f"{mountpoint.name}.log"
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, str(mountpoint)], env=env,
-                                            stdout=log, stderr=log, text=True)
+                                            stdout=log, stderr=log, text=True, cwd=cwd)
         deadline = time.monotonic() + 30
         while not is_mounted(mountpoint):
             if self.process.poll() is not None:

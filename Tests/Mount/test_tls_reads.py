@@ -135,6 +135,31 @@ def test_reads_over_tls_survive_failed_requests_and_cut_bodies(served, certifica
         emulator.stop()
 
 
+def test_relative_paths_name_files_in_the_folder_the_mount_started_in(served, certificates, tmp_path):
+    """libfuse moves the mount's process to / as it starts serving. curl reads the CA bundle at each
+    new connection and the caches are written for the mount's whole life, so relative paths must
+    be taken against the starting folder: before, reads failed with EIO once a new connection was
+    needed ('error setting certificate file: ca.pem')."""
+    (tmp_path / "ca.pem").write_bytes(certificates["ca"].read_bytes())
+    emulator = tls_emulator(served, certificates)
+    try:
+        m = Mount(emulator, tmp_path / "mnt", "--ca-bundle", "ca.pem", "--block-cache-dir", "blocks",
+                  "-o", "cache_dir=saved", cwd=tmp_path)
+        try:
+            names = ["large.bin", "b.bin", "c.bin", "d.bin", "small.bin"]
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:      # several connections at once
+                digests = list(pool.map(lambda n: sha256(m.mountpoint / n), names))
+            assert digests == [sha256(served / n) for n in names]
+            assert "certificate" not in m.log(), m.log()
+        finally:
+            m.unmount()
+        blocks = [p for p in (tmp_path / "blocks").rglob("*") if p.is_file() and p.name != ".lock"]
+        assert blocks, "the block cache was written where the mount started"
+        assert list((tmp_path / "saved").glob("*.sqlite*")), sorted(p.name for p in (tmp_path / "saved").iterdir())
+    finally:
+        emulator.stop()
+
+
 def test_a_mount_without_the_ca_fails_in_one_line(served, certificates, tmp_path):
     emulator = tls_emulator(served, certificates)
     try:

@@ -97,6 +97,12 @@ struct MountCommand: ParsableCommand {
     @OptionGroup(title: "Logging") var logOptions: LogOptions
 
     mutating func run() throws {
+        // Local paths are taken against the directory dbx-mount starts in, before libfuse leaves it
+        // (MountOptionList.absolute); `-o` paths are made absolute as they are parsed.
+        for path in [\Self.tokenFile, \Self.config, \Self.caBundle, \Self.cacheDir, \Self.thumbnailDir,
+                     \Self.readOptions.blockCacheDir, \Self.logOptions.logFile, \Self.linkOptions.linkPasswordFile] {
+            self[keyPath: path] = self[keyPath: path].map(MountOptionList.absolute)
+        }
         do throws(UsageError) {
             try mount()
         } catch {
@@ -368,7 +374,7 @@ struct MountCommand: ParsableCommand {
             }
         }
         guard let directory, directory.hasPrefix("/") else {
-            throw UsageError("--thumbnails needs a thumbnail directory: pass --thumbnail-dir (or -o thumbnail_dir=) as an absolute path")
+            throw UsageError("--thumbnails needs a thumbnail directory: pass --thumbnail-dir (or -o thumbnail_dir=)")
         }
         return FreedesktopThumbnailStore(directory: directory, mountPoint: absolute,
                                          owner: forAnotherUser && getuid() == 0 ? (uid, gid) : nil, logger: logger)

@@ -2,6 +2,8 @@
 // settings, options libfuse passes to the kernel, and mount-helper words (from fstab) that mean
 // nothing to us. Each is sorted here so that a typo fails loudly instead of being ignored.
 
+import Foundation
+
 struct MountOptionList {
     /// dbx-mount's own settings, by name (`uid=1000` → `["uid": "1000"]`, `case_insensitive` → `[..: ""]`).
     var settings: [String: String] = [:]
@@ -29,6 +31,22 @@ struct MountOptionList {
         "comment", "loud", "silent",
     ]
 
+    /// Settings that name a local file or folder: made absolute as they are parsed (`absolute`).
+    static let pathSettingNames: Set<String> = [
+        "token_file", "config", "ca_bundle", "cache_dir", "block_cache_dir", "log_file", "thumbnail_dir",
+        "link_password_file",
+    ]
+
+    /// `path` against the directory dbx-mount was started in. libfuse moves the mount's process to
+    /// `/` as it starts serving, and some of these paths are opened only after that (curl reads the
+    /// CA bundle at each new connection, the cache folders are written for as long as the mount
+    /// lives): a relative path would then name a file under `/`.
+    static func absolute(_ path: String) -> String {
+        guard !path.isEmpty, !path.hasPrefix("/") else { return path }
+        let base = FileManager.default.currentDirectoryPath
+        return (base.hasSuffix("/") ? base : base + "/") + path
+    }
+
     /// Parses every `-o` argument. Throws a one-line reason for the first option it cannot accept.
     init(_ arguments: [String]) throws(UsageError) {
         for argument in arguments {
@@ -36,7 +54,7 @@ struct MountOptionList {
                 let name = option.split(separator: "=", maxSplits: 1).first.map(String.init) ?? option
                 let value = option.contains("=") ? String(option.drop { $0 != "=" }.dropFirst()) : ""
                 if Self.settingNames.contains(name) {
-                    settings[name] = value
+                    settings[name] = Self.pathSettingNames.contains(name) ? Self.absolute(value) : value
                 } else if Self.fuseOptionNames.contains(name) {
                     fuseOptions.append(option)
                 } else if Self.helperOptionNames.contains(name) || name.hasPrefix("x-") {
