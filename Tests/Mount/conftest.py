@@ -173,7 +173,7 @@ class Mount:
         self.log_path = mountpoint.parent / f"{mountpoint.name}.log"
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, str(mountpoint)], env=env,
-                                            stdout=log, stderr=log, text=True, cwd=cwd)
+                                            stdout=log, stderr=log, cwd=cwd)
         deadline = time.monotonic() + 30
         while not is_mounted(mountpoint):
             if self.process.poll() is not None:

@@ -96,13 +96,17 @@ struct MountCommand: ParsableCommand {
 
     @OptionGroup(title: "Logging") var logOptions: LogOptions
 
+    /// Every option that names a local file or folder, as a flag and as its `-o` setting. Both are
+    /// taken against the directory dbx-mount starts in, before libfuse leaves it
+    /// (`MountOptionList.absolute`).
+    private static var localPaths: [(flag: WritableKeyPath<MountCommand, String?>, setting: String)] {
+        [(\.tokenFile, "token_file"), (\.config, "config"), (\.caBundle, "ca_bundle"), (\.cacheDir, "cache_dir"),
+         (\.thumbnailDir, "thumbnail_dir"), (\.readOptions.blockCacheDir, "block_cache_dir"),
+         (\.logOptions.logFile, "log_file"), (\.linkOptions.linkPasswordFile, "link_password_file")]
+    }
+
     mutating func run() throws {
-        // Local paths are taken against the directory dbx-mount starts in, before libfuse leaves it
-        // (MountOptionList.absolute); `-o` paths are made absolute as they are parsed.
-        for path in [\Self.tokenFile, \Self.config, \Self.caBundle, \Self.cacheDir, \Self.thumbnailDir,
-                     \Self.readOptions.blockCacheDir, \Self.logOptions.logFile, \Self.linkOptions.linkPasswordFile] {
-            self[keyPath: path] = self[keyPath: path].map(MountOptionList.absolute)
-        }
+        for (flag, _) in Self.localPaths { self[keyPath: flag] = self[keyPath: flag].map(MountOptionList.absolute) }
         do throws(UsageError) {
             try mount()
         } catch {
@@ -116,7 +120,8 @@ struct MountCommand: ParsableCommand {
     }
 
     private func mount() throws(UsageError) {
-        let options = try MountOptionList(mountOptions)
+        var options = try MountOptionList(mountOptions)
+        options.makeAbsolute(Self.localPaths.map(\.setting))
         let (source, mountpoint) = try sourceAndMountpoint()
         let environment = ProcessInfo.processInfo.environment
         let link = try linkOptions.link(source: source, options: options)

@@ -31,12 +31,6 @@ struct MountOptionList {
         "comment", "loud", "silent",
     ]
 
-    /// Settings that name a local file or folder: made absolute as they are parsed (`absolute`).
-    static let pathSettingNames: Set<String> = [
-        "token_file", "config", "ca_bundle", "cache_dir", "block_cache_dir", "log_file", "thumbnail_dir",
-        "link_password_file",
-    ]
-
     /// `path` against the directory dbx-mount was started in. libfuse moves the mount's process to
     /// `/` as it starts serving, and some of these paths are opened only after that (curl reads the
     /// CA bundle at each new connection, the cache folders are written for as long as the mount
@@ -47,6 +41,11 @@ struct MountOptionList {
         return (base.hasSuffix("/") ? base : base + "/") + path
     }
 
+    /// Makes the settings `names` (each naming a local file or folder) absolute (`absolute`).
+    mutating func makeAbsolute(_ names: [String]) {
+        for name in names { settings[name] = settings[name].map(Self.absolute) }
+    }
+
     /// Parses every `-o` argument. Throws a one-line reason for the first option it cannot accept.
     init(_ arguments: [String]) throws(UsageError) {
         for argument in arguments {
@@ -54,7 +53,7 @@ struct MountOptionList {
                 let name = option.split(separator: "=", maxSplits: 1).first.map(String.init) ?? option
                 let value = option.contains("=") ? String(option.drop { $0 != "=" }.dropFirst()) : ""
                 if Self.settingNames.contains(name) {
-                    settings[name] = Self.pathSettingNames.contains(name) ? Self.absolute(value) : value
+                    settings[name] = value
                 } else if Self.fuseOptionNames.contains(name) {
                     fuseOptions.append(option)
                 } else if Self.helperOptionNames.contains(name) || name.hasPrefix("x-") {
