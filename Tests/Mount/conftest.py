@@ -172,7 +172,9 @@ class Mount:
         # with it the operation that logs) once 64 KiB of lines had filled it.
         self.log_path = mountpoint.parent / f"{mountpoint.name}.log"
         with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, str(mountpoint)], env=env,
+            # Started in `cwd`, the mount is named relative to it, as a user in that folder would.
+            named = os.path.relpath(mountpoint, cwd) if cwd else str(mountpoint)
+            self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, named], env=env,
                                             stdout=log, stderr=log, cwd=cwd)
         deadline = time.monotonic() + 30
         while not is_mounted(mountpoint):

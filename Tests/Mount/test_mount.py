@@ -246,6 +246,26 @@ def test_signals_unmount_cleanly(emulator, tmp_path, sig):
         m.unmount()
 
 
+def test_a_mount_point_named_relative_to_the_current_folder_works_to_the_end(emulator, tmp_path):
+    """libfuse moves the mount's process to / as it serves. Named `mnt` from its own folder, the
+    mount used to unmount `/mnt` on SIGTERM (failing with EINVAL and leaving a dead mount behind,
+    or unmounting another file system there) and never found itself to raise the read-ahead."""
+    m = Mount(emulator, tmp_path / "mnt", cwd=tmp_path)
+    try:
+        assert m.process.args[-1] == "mnt"
+        assert (m.mountpoint / "old.txt").read_bytes() == b"old\n"
+        device = os.stat(m.mountpoint).st_dev
+        bdi = Path(f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb")
+        if os.geteuid() == 0:   # only root may raise it
+            assert int(bdi.read_text()) >= 4096
+        m.process.send_signal(signal.SIGTERM)
+        assert m.process.wait(timeout=20) == 0
+        assert not is_mounted(m.mountpoint), m.log()
+        assert "failed to unmount" not in m.log()
+    finally:
+        m.unmount()
+
+
 def test_a_killed_mount_is_cleared_by_fusermount(emulator, tmp_path):
     m = Mount(emulator, tmp_path / "mnt")
     try:

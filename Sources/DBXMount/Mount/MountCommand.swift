@@ -297,7 +297,7 @@ struct MountCommand: ParsableCommand {
             fail("the cache \(error); give this mount its own --cache-dir or --block-cache-dir, or --no-cache", code: 1)
         }
         let thumbnailStore = thumbnails || options.settings["thumbnails"] != nil
-            ? try thumbnailCache(mountpoint: mountpoint, uid: filesystemOptions.uid, gid: filesystemOptions.gid,
+            ? try thumbnailCache(mountpoint: absoluteMountpoint, uid: filesystemOptions.uid, gid: filesystemOptions.gid,
                                  options: options, environment: environment, logger: logger)
             : nil
         let filesystem = DropboxFilesystem(api: MeteredDropboxAPI(api, meter: meter), options: filesystemOptions,
@@ -336,7 +336,9 @@ struct MountCommand: ParsableCommand {
         }
         fuseOptions += options.fuseOptions.filter { !$0.hasPrefix("subtype=") }
 
-        let exitCode = serve(mount: mount, locks: locks, mountpoint: mountpoint, fuseOptions: fuseOptions,
+        // The absolute path: libfuse moves the process to / as it serves, and unmounts (on SIGTERM)
+        // and the read-ahead raise (at the first open) name the mount by this path from there.
+        let exitCode = serve(mount: mount, locks: locks, mountpoint: absoluteMountpoint, fuseOptions: fuseOptions,
                              directIO: readOptions.directIO(options), foreground: foreground,
                              debug: debug)
         Foundation.exit(exitCode)
@@ -361,11 +363,9 @@ struct MountCommand: ParsableCommand {
 
     /// The freedesktop thumbnail cache of the user the files are shown to: the mounting user's, or,
     /// when root mounts with `-o uid=` for someone else, that user's (and the files are theirs).
+    /// `mountpoint` is absolute: the thumbnails are filed under the files' absolute URIs.
     private func thumbnailCache(mountpoint: String, uid: UInt32, gid: UInt32, options: MountOptionList,
                                 environment: [String: String], logger: Logger) throws(UsageError) -> FreedesktopThumbnailStore {
-        guard let resolved = realpath(mountpoint, nil) else { throw UsageError("cannot resolve mount point \(mountpoint)") }
-        let absolute = String(cString: resolved)
-        free(resolved)
         let forAnotherUser = uid != getuid()
         var directory = thumbnailDir ?? options.settings["thumbnail_dir"]
         if directory == nil {
@@ -381,7 +381,7 @@ struct MountCommand: ParsableCommand {
         guard let directory, directory.hasPrefix("/") else {
             throw UsageError("--thumbnails needs a thumbnail directory: pass --thumbnail-dir (or -o thumbnail_dir=)")
         }
-        return FreedesktopThumbnailStore(directory: directory, mountPoint: absolute,
+        return FreedesktopThumbnailStore(directory: directory, mountPoint: mountpoint,
                                          owner: forAnotherUser && getuid() == 0 ? (uid, gid) : nil, logger: logger)
     }
 
