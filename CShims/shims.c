@@ -36,4 +36,5 @@ CURLcode dbx_curl_setopt_ptr(CURL *h, CURLoption opt, void *value) { return curl
 CURLcode dbx_curl_setopt_slist(CURL *h, CURLoption opt, struct curl_slist *value) { return curl_easy_setopt(h, opt, value); }
 CURLcode dbx_curl_setopt_write_function(CURL *h, dbx_curl_data_cb cb) { return curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, cb); }
 CURLcode dbx_curl_setopt_header_function(CURL *h, dbx_curl_data_cb cb) { return curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, cb); }
+CURLcode dbx_curl_setopt_xferinfo_function(CURL *h, dbx_curl_progress_cb cb) { return curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, cb); }
 CURLcode dbx_curl_getinfo_long(CURL *h, CURLINFO info, long *out) { return curl_easy_getinfo(h, info, out); }

@@ -46,6 +46,9 @@ CURLcode dbx_curl_setopt_slist(CURL *h, CURLoption opt, struct curl_slist *_Null
 typedef size_t (*dbx_curl_data_cb)(char *data, size_t size, size_t nmemb, void *_Nullable userdata);
 CURLcode dbx_curl_setopt_write_function(CURL *h, dbx_curl_data_cb _Nullable cb);
 CURLcode dbx_curl_setopt_header_function(CURL *h, dbx_curl_data_cb _Nullable cb);
+typedef int (*dbx_curl_progress_cb)(void *_Nullable userdata, curl_off_t dltotal, curl_off_t dlnow,
+                                    curl_off_t ultotal, curl_off_t ulnow);
+CURLcode dbx_curl_setopt_xferinfo_function(CURL *h, dbx_curl_progress_cb _Nullable cb);
 CURLcode dbx_curl_getinfo_long(CURL *h, CURLINFO info, long *out);
 
 #pragma clang assume_nonnull end

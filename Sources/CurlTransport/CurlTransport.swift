@@ -20,6 +20,10 @@
 // Streaming (issue 6). With `send(_:streamingTo:)` the sink asks the receiver, at the first body
 // byte, whether to buffer (error answers) or stream; streamed chunks go straight to the receiver
 // from curl's buffer, one `memcpy` into the read-ahead's part, and nothing is collected here.
+//
+// Stopping. `stop()` ends every transfer in flight within about a second (curl's progress
+// callback, which curl calls at least once a second even on a silent connection, aborts it) and
+// refuses new ones, so a mount told to stop never waits out a call's timeout on a dead link.
 
 import CShims
 import DropboxClient
@@ -34,6 +38,7 @@ public final class CurlTransport: HTTPTransport {
     public let maxIdleHandles: Int
 
     private let pool = Mutex(HandlePool())
+    private let stopping = StopFlag()
     private let newConnections = Atomic<Int>(0)
     private let handlesCreated = Atomic<Int>(0)
 
@@ -54,6 +59,10 @@ public final class CurlTransport: HTTPTransport {
     /// Easy handles created so far (one per concurrently active request, at most).
     public var handlesOpened: Int { handlesCreated.load(ordering: .relaxed) }
 
+    /// Aborts every transfer in flight and fails every later one with `.stopped`. For a process
+    /// that is shutting down; there is no restart.
+    public func stop() { stopping.set() }
+
     public func send(_ request: HTTPRequest) throws(HTTPTransportError) -> HTTPResponse {
         try send(request, receiver: nil)
     }
@@ -63,6 +72,7 @@ public final class CurlTransport: HTTPTransport {
     }
 
     private func send(_ request: HTTPRequest, receiver: HTTPBodyReceiver?) throws(HTTPTransportError) -> HTTPResponse {
+        guard !stopping.isSet else { throw .stopped }
         guard let easy = checkOut() else {
             throw .failed(code: Int(CURLE_FAILED_INIT.rawValue), message: "curl_easy_init failed")
         }
@@ -99,7 +109,7 @@ public final class CurlTransport: HTTPTransport {
     private func perform(_ request: HTTPRequest, on easy: borrowing CurlEasy,
                          receiver: HTTPBodyReceiver?) -> Result<HTTPResponse, HTTPTransportError> {
         let h = easy.handle
-        let sink = TransferSink(limit: max(0, request.maxResponseBytes), receiver: receiver)
+        let sink = TransferSink(limit: max(0, request.maxResponseBytes), receiver: receiver, stopping: stopping)
         var headerList = CurlHeaderList()
         do throws(HTTPTransportError) {
             try configure(h, easy: easy, request: request, headers: &headerList, sink: sink)
@@ -113,6 +123,9 @@ public final class CurlTransport: HTTPTransport {
         if connects > 0 { newConnections.add(connects, ordering: .relaxed) }
 
         guard code == CURLE_OK else {
+            if code == CURLE_ABORTED_BY_CALLBACK && stopping.isSet {
+                return .failure(.stopped)
+            }
             if sink.receiverAborted {
                 return .failure(.aborted)
             }
@@ -183,6 +196,9 @@ public final class CurlTransport: HTTPTransport {
         try check(dbx_curl_setopt_ptr(h, CURLOPT_WRITEDATA, sinkPointer), "CURLOPT_WRITEDATA")
         try check(dbx_curl_setopt_header_function(h, CurlCallbacks.header), "CURLOPT_HEADERFUNCTION")
         try check(dbx_curl_setopt_ptr(h, CURLOPT_HEADERDATA, sinkPointer), "CURLOPT_HEADERDATA")
+        try check(dbx_curl_setopt_xferinfo_function(h, CurlCallbacks.progress), "CURLOPT_XFERINFOFUNCTION")
+        try check(dbx_curl_setopt_ptr(h, CURLOPT_XFERINFODATA, sinkPointer), "CURLOPT_XFERINFODATA")
+        try check(dbx_curl_setopt_long(h, CURLOPT_NOPROGRESS, 0), "CURLOPT_NOPROGRESS")
 
         var hasContentType = false
         for (name, value) in request.headers {
@@ -295,14 +311,18 @@ final class TransferSink {
     /// Most header bytes accepted in one response (curl itself bounds single lines only).
     static let headerLimit = 256 << 10
 
+    /// The transport's stop, which the progress callback checks.
+    let stopping: StopFlag
+
     private(set) var headers: [String: String] = [:]
     private(set) var body: [UInt8] = []
     private(set) var exceededLimit = false
     private var headerBytes = 0
 
-    init(limit: Int, receiver: HTTPBodyReceiver? = nil) {
+    init(limit: Int, receiver: HTTPBodyReceiver? = nil, stopping: StopFlag) {
         self.limit = limit
         self.receiver = receiver
+        self.stopping = stopping
     }
 
     /// Returns false to abort the transfer.
@@ -377,4 +397,17 @@ enum CurlCallbacks {
         let n = size * count
         return sink.receiveHeaderLine(UnsafeRawBufferPointer(start: data, count: n)) ? n : 0
     }
+
+    /// `CURLOPT_XFERINFOFUNCTION`: non-zero aborts the transfer (CURLE_ABORTED_BY_CALLBACK).
+    static let progress: dbx_curl_progress_cb = { userdata, _, _, _, _ in
+        guard let userdata else { return 0 }
+        return Unmanaged<TransferSink>.fromOpaque(userdata).takeUnretainedValue().stopping.isSet ? 1 : 0
+    }
+}
+
+/// Set once, when the transport stops; read by every transfer's progress callback.
+final class StopFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    var isSet: Bool { value.load(ordering: .relaxed) }
+    func set() { value.store(true, ordering: .relaxed) }
 }

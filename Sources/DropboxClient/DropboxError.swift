@@ -19,6 +19,8 @@ public enum DropboxError: Error, Sendable, Equatable {
     case transport(code: Int, message: String)
     /// The server answered 2xx with a body or header we could not decode.
     case malformedResponse(String)
+    /// The call was cancelled because dbx-mount is stopping (SIGTERM, SIGINT); never retried.
+    case stopped
 
     /// True for a route error whose tag path starts with `prefix`, e.g. `["path", "not_found"]`.
     public func isRoute(_ prefix: String...) -> Bool {
@@ -39,6 +41,7 @@ extension DropboxError: CustomStringConvertible {
         case .unexpectedStatus(let status, let body): "unexpected HTTP \(status) from Dropbox: \(body.prefix(200))"
         case .transport(_, let message): "cannot reach Dropbox: \(message)"
         case .malformedResponse(let what): "malformed answer from Dropbox: \(what)"
+        case .stopped: "dbx-mount is stopping; the call was cancelled"
         }
     }
 }
@@ -53,6 +56,7 @@ extension DropboxError {
         case .invalidRequest(let message): self = .badInput(message)
         // 23 is curl's CURLE_WRITE_ERROR, which a receiver's stop produces under libcurl.
         case .aborted: self = .transport(code: 23, message: "transfer aborted by the receiver")
+        case .stopped: self = .stopped
         }
     }
 }

@@ -76,7 +76,7 @@ extension DropboxHTTPClient {
     /// (a past-the-end range, a feed `reset`) are not failures. The line carries no token:
     /// `DropboxError`'s description never holds one.
     private func logFailure(route: String, error: DropboxError, requestID: String?, attempts: Int) {
-        if error.isRoute("range", "not_satisfiable") || error.isRoute("reset") { return }
+        if error.isRoute("range", "not_satisfiable") || error.isRoute("reset") || error == .stopped { return }
         var metadata: Logger.Metadata = ["route": "\(route)", "error": "\(error)"]
         if let requestID { metadata["request_id"] = "\(requestID)" }
         if attempts > 1 { metadata["attempts"] = "\(attempts)" }

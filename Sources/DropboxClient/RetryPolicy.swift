@@ -67,7 +67,7 @@ public struct RetryPolicy: Sendable {
         case .server, .transport:
             let exponential = min(maxDelay, baseDelay * Double(1 << min(attempt - 1, 20)))
             wait = exponential * Double.random(in: 0.5...1.0)
-        case .route, .auth, .badInput, .unexpectedStatus, .malformedResponse:
+        case .route, .auth, .badInput, .unexpectedStatus, .malformedResponse, .stopped:
             return nil
         }
         // Waiting past the deadline only to fail is worse than failing now.

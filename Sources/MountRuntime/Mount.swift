@@ -27,10 +27,23 @@ public final class Mount: MountHooks {
     /// Times FUSE requests for the metrics; nil without them.
     var operationObserver: (any FUSEOperationObserver)? { metrics.withLock { $0?.metrics } }
 
-    public init(filesystem: DropboxFilesystem, logger: Logger, meter: APIMeter? = nil) {
+    /// Cancels the Dropbox calls in flight and any later ones (the transport's stop).
+    private let cancelCalls: @Sendable () -> Void
+
+    public init(filesystem: DropboxFilesystem, logger: Logger, meter: APIMeter? = nil,
+                cancelCalls: @escaping @Sendable () -> Void = {}) {
         self.filesystem = filesystem
         self.logger = logger
         self.meter = meter
+        self.cancelCalls = cancelCalls
+    }
+
+    /// SIGTERM or SIGINT: libfuse ends the session, but waits for every request being answered;
+    /// cancelling the calls they wait on ends those at once (EIO) instead of at their deadline.
+    func stopCalls() {
+        logger.notice("stopping: cancelling the Dropbox calls in flight")
+        filesystem.stopChangeFeed()
+        cancelCalls()
     }
 
     /// FUSE's `init`: the first moment threads may start (libfuse has forked by now, if it will).

@@ -3,7 +3,10 @@ import Foundation
 import Glibc
 import Logging
 
-/// SIGHUP drops the mount's caches; SIGUSR1 logs one stats line.
+/// SIGHUP drops the mount's caches; SIGUSR1 logs one stats line; SIGTERM and SIGINT, besides
+/// libfuse's own handling (it ends the session, then the mount is unmounted), cancel the Dropbox
+/// calls in flight: libfuse waits for every request being answered before it unmounts, and a
+/// read waiting on a dead link would otherwise hold the exit for its whole deadline (2 minutes).
 ///
 /// A signal handler may only do async-signal-safe things, so it writes one byte naming the signal
 /// to a pipe (the self-pipe trick), and a thread started from FUSE's `init` (after the daemonizing
@@ -16,6 +19,12 @@ enum SignalPipe {
 
     static let dropCaches: UInt8 = 1
     static let logStats: UInt8 = 2
+    static let stop: UInt8 = 3
+
+    /// libfuse's handlers for SIGTERM and SIGINT, which ours call after writing to the pipe. Set
+    /// before our handlers are installed, like `fds`.
+    nonisolated(unsafe) static var libfuseTerminate: (@convention(c) (Int32) -> Void)?
+    nonisolated(unsafe) static var libfuseInterrupt: (@convention(c) (Int32) -> Void)?
 
     /// Installs the handlers, replacing libfuse's SIGHUP handler (which would end the session).
     /// Call after `fuse_set_signal_handlers`. No thread is started here.
@@ -31,21 +40,52 @@ enum SignalPipe {
         for signal in [SIGHUP, SIGUSR1] {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { signal in
-                var byte = signal == SIGHUP ? SignalPipe.dropCaches : SignalPipe.logStats
-                let saved = errno
-                _ = write(SignalPipe.fds.write, &byte, 1)   // a full pipe just drops the request
-                errno = saved
+                SignalPipe.send(signal == SIGHUP ? SignalPipe.dropCaches : SignalPipe.logStats)
             }
             sigemptyset(&action.sa_mask)
             action.sa_flags = SA_RESTART
             sigaction(signal, &action, nil)
         }
+        libfuseTerminate = handler(of: SIGTERM)
+        libfuseInterrupt = handler(of: SIGINT)
+        for signal in [SIGTERM, SIGINT] {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { signal in
+                SignalPipe.send(SignalPipe.stop)
+                (signal == SIGTERM ? SignalPipe.libfuseTerminate : SignalPipe.libfuseInterrupt)?(signal)
+            }
+            sigemptyset(&action.sa_mask)
+            // No SA_RESTART, as libfuse's own: the interrupted wait of its main loop must return
+            // to see that the session has ended.
+            action.sa_flags = 0
+            sigaction(signal, &action, nil)
+        }
     }
 
-    /// Puts SIGHUP and SIGUSR1 back to their defaults (at unmount).
+    /// Async-signal-safe: one `write`, errno kept.
+    private static func send(_ request: UInt8) {
+        var byte = request
+        let saved = errno
+        _ = write(fds.write, &byte, 1)   // a full pipe just drops the request
+        errno = saved
+    }
+
+    /// The function handling `signal` now; nil for the default action or ignore.
+    private static func handler(of signal: Int32) -> (@convention(c) (Int32) -> Void)? {
+        var current = sigaction()
+        guard sigaction(signal, nil, &current) == 0, current.sa_flags & SA_SIGINFO == 0,
+              let function = current.__sigaction_handler.sa_handler else { return nil }
+        let address = unsafeBitCast(function, to: Int.self)
+        return address == 0 || address == 1 ? nil : function   // SIG_DFL, SIG_IGN
+    }
+
+    /// Puts SIGHUP and SIGUSR1 back to their defaults and SIGTERM and SIGINT to libfuse's (at
+    /// unmount; libfuse then removes its own).
     static func uninstall() {
         signal(SIGHUP, SIG_DFL)
         signal(SIGUSR1, SIG_DFL)
+        signal(SIGTERM, libfuseTerminate ?? SIG_DFL)
+        signal(SIGINT, libfuseInterrupt ?? SIG_DFL)
     }
 }
 
@@ -73,6 +113,7 @@ final class SignalWatcher: Sendable {
             switch byte {
             case SignalPipe.dropCaches: mount.filesystem.dropCaches()
             case SignalPipe.logStats: mount.logStats()
+            case SignalPipe.stop: mount.stopCalls()
             default: break
             }
         }

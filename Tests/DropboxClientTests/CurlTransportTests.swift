@@ -148,6 +148,32 @@ struct CurlTransportTests {
         #expect(ContinuousClock.now - start < .seconds(2.5))
     }
 
+    @Test func stopEndsATransferInFlightAndRefusesNewOnes() throws {
+        let server = try RawHTTPServer { _, _ in .init(bytes: RawHTTPServer.http(200, []), delay: 10) }
+        defer { server.stop() }
+        let stopping = CurlTransport(caBundlePath: nil)
+        let outcome = Mutex<HTTPTransportError?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        let url = server.baseURL
+        let start = ContinuousClock.now
+        Thread.detachNewThread {
+            let error = thrown { () throws(HTTPTransportError) in
+                try stopping.send(HTTPRequest(method: .get, url: url, timeout: 30))
+            }
+            outcome.withLock { $0 = error }
+            finished.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.3)   // the request is waiting for the silent server
+        stopping.stop()
+        #expect(finished.wait(timeout: .now() + 8) == .success)   // not the server's 10 s
+        #expect(outcome.withLock { $0 } == .stopped)
+        #expect(ContinuousClock.now - start < .seconds(8))
+        let later = thrown { () throws(HTTPTransportError) in try stopping.send(HTTPRequest(method: .get, url: url)) }
+        #expect(later == .stopped)
+        #expect(DropboxError(HTTPTransportError.stopped) == .stopped)
+        #expect(RetryPolicy.standard.delay(after: .stopped, attempt: 1, remaining: 100) == nil)
+    }
+
     @Test func refusedConnectionIsATransportError() throws {
         let server = try RawHTTPServer { _, _ in .init(bytes: []) }
         let url = server.baseURL

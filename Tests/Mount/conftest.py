@@ -206,6 +206,19 @@ def stop_mount(mountpoint: Path, process: subprocess.Popen) -> None:
         subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], capture_output=True, check=False)
 
 
+@pytest.fixture
+def silent_server_url():
+    """A URL whose server takes connections and never answers: a change feed pointed at it waits
+    and reports nothing, a download waits for ever. (A closed port would not do: refused
+    connections make the mount count Dropbox as out of reach, and it then answers listings from
+    its cache without asking.)"""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
 @pytest.fixture(scope="session")
 def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("served")

@@ -6,6 +6,7 @@ import random
 import signal
 import stat
 import subprocess
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -264,6 +265,37 @@ def test_a_mount_point_named_relative_to_the_current_folder_works_to_the_end(emu
         assert "failed to unmount" not in m.log()
     finally:
         m.unmount()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_mount_at_once_with_a_read_waiting_on_a_dead_link(emulator, tmp_path, silent_server_url, sig):
+    """libfuse unmounts only once every request being served has been answered, and a read waiting
+    for a download that never comes held SIGTERM (systemctl stop) for the call's whole deadline,
+    2 minutes. The signal now cancels the calls in flight: the read fails and the mount is gone."""
+    m = Mount(emulator, tmp_path / "mnt", "-o", f"content_url={silent_server_url}")
+    outcome = {}
+
+    def read():
+        try:
+            outcome["data"] = (m.mountpoint / "old.txt").read_bytes()
+        except OSError as error:
+            outcome["error"] = error.errno
+
+    reader = threading.Thread(target=read)
+    try:
+        reader.start()
+        reader.join(timeout=2)
+        assert reader.is_alive(), f"the read should wait on the silent server: {outcome}"
+        m.process.send_signal(sig)
+        assert m.process.wait(timeout=30) == 0, m.log()   # not the 120 s deadline
+        reader.join(timeout=10)
+        assert not reader.is_alive() and "error" in outcome, outcome
+        assert not is_mounted(m.mountpoint), m.log()
+        assert "cancelling the Dropbox calls in flight" in m.log()
+        assert "change feed is down" not in m.log()
+    finally:
+        m.unmount()
+        reader.join(timeout=10)
 
 
 def test_a_killed_mount_is_cleared_by_fusermount(emulator, tmp_path):

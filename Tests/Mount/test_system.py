@@ -205,19 +205,7 @@ def test_sigusr1_logs_one_stats_line(emulator, served, tmp_path):
         m.unmount()
 
 
-@pytest.fixture
-def silent_notify_url():
-    """A notify URL whose server takes connections and never answers: the change feed's longpoll
-    waits and reports nothing. (A closed port would not do: refused connections make the mount
-    count Dropbox as out of reach, and it then answers listings from its cache without asking.)"""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    listener.close()
-
-
-def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_path, silent_notify_url):
+def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_path, silent_server_url):
     served = tmp_path / "served"
     (served / "docs").mkdir(parents=True)
     (served / "docs" / "a.txt").write_bytes(b"a\n")
@@ -226,7 +214,7 @@ def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_pa
     mnt.mkdir()
     # No change feed (its longpoll is never answered) and a long TTL: what was listed is trusted
     # for an hour, so a change on Dropbox is not seen until SIGHUP.
-    env = dict(mount_env(emulator, tmp_path), DBX_NOTIFY_URL=silent_notify_url)
+    env = dict(mount_env(emulator, tmp_path), DBX_NOTIFY_URL=silent_server_url)
     log_path = tmp_path / "mount.log"
     log = open(log_path, "w")
     process = subprocess.Popen([str(DBX_MOUNT), "-f", "-vv", "--ttl", "3600", "--no-cache", str(mnt)], env=env,
@@ -269,7 +257,7 @@ def test_sighup_drops_caches_so_a_folder_changed_behind_its_back_is_fresh(tmp_pa
 SECRET = "secret-token-for-log-tests"
 
 
-def test_one_line_per_failed_operation_with_the_request_id_and_no_token(tmp_path, silent_notify_url):
+def test_one_line_per_failed_operation_with_the_request_id_and_no_token(tmp_path, silent_server_url):
     served = tmp_path / "served"
     (served / "docs").mkdir(parents=True)
     (served / "docs" / "a.txt").write_bytes(b"a\n")
@@ -280,7 +268,7 @@ def test_one_line_per_failed_operation_with_the_request_id_and_no_token(tmp_path
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     env = dict(os.environ, DBX_API_URL=emulator.url, DBX_CONTENT_URL=emulator.url,
-               DBX_NOTIFY_URL=silent_notify_url, XDG_CACHE_HOME=str(tmp_path / "cache"))
+               DBX_NOTIFY_URL=silent_server_url, XDG_CACHE_HOME=str(tmp_path / "cache"))
     env.pop("DBX_ACCESS_TOKEN", None)
     process = subprocess.Popen([str(DBX_MOUNT), "-f", "-vv", "--ttl", "3600", "--token-file", str(token_file),
                                 "-o", f"no_cache,log_file={log}", "/docs", str(mnt)], env=env,

@@ -303,7 +303,7 @@ struct MountCommand: ParsableCommand {
         let filesystem = DropboxFilesystem(api: MeteredDropboxAPI(api, meter: meter), options: filesystemOptions,
                                    folderModified: Int64(time(nil)), logger: logger, store: store,
                                    thumbnails: thumbnailStore)
-        let mount = Mount(filesystem: filesystem, logger: logger, meter: meter)
+        let mount = Mount(filesystem: filesystem, logger: logger, meter: meter, cancelCalls: { transport.stop() })
         let shownSource = link?.redactedURL ?? (source.isEmpty ? "/" : source)
         for path in readOptions.pins(options) {
             do throws(PinError) { try filesystem.keepPinned(path) } catch { fail("--pin \(path): \(error)", code: 64) }

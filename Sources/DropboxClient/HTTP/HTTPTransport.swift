@@ -46,6 +46,8 @@ public enum HTTPTransportError: Error, Sendable, Equatable {
     case invalidRequest(String)
     /// The body's receiver stopped the transfer (`HTTPBodyDisposition.abort`, or `receive` false).
     case aborted
+    /// The transport was stopped (the process is shutting down): no call completes any more.
+    case stopped
 }
 
 public protocol HTTPTransport: Sendable {

@@ -73,6 +73,7 @@ extension DropboxFilesystem {
                     if saved { bulkWorkDone() }
                 }
             } catch {
+                if error == .stopped { return }   // the mount is stopping: not a feed outage
                 if error.isRoute("reset") {
                     logger.warning("change feed cursor was reset; listing the mounted folder again")
                     state.withLock { $0.feed.cursor = nil; $0.feed.catchingUp = false }
