@@ -38,6 +38,24 @@ struct LinkEstimateTests {
         #expect(window > 180_000_000)
     }
 
+    @Test func aLongRoundTripRaisesTheFloorOfAWindowOnASharedLink() {
+        // 100 ms, and 37 MB/s per request: eight parts sharing a 300 MB/s link. The parts'
+        // formula asks for 4 × (8 MiB + 3.7 MB), under the 64 MiB tuned at 50 ms; the floor is
+        // twice that at twice the round trip.
+        var shared = LinkEstimate()
+        for _ in 0..<8 { shared.record(firstByte: 0.1, bytes: 8 << 20, transfer: 0.2267) }
+        #expect(shared.partSize(options, budget: budget) == 8 * Self.MiB)
+        #expect(shared.window(options, budget: budget) == 128 * Self.MiB)
+        // 300 ms: still twice, not six times (a seek discards what is ahead).
+        var far = LinkEstimate()
+        for _ in 0..<8 { far.record(firstByte: 0.3, bytes: 8 << 20, transfer: 1.0) }
+        #expect(far.window(options, budget: budget) == 128 * Self.MiB)
+        // 70 ms: in proportion.
+        var nearer = LinkEstimate()
+        for _ in 0..<8 { nearer.record(firstByte: 0.07, bytes: 8 << 20, transfer: 1.0) }
+        #expect(nearer.window(options, budget: budget) == UInt64(Double(64 * Self.MiB) * 1.4))
+    }
+
     @Test func aLargerBudgetLetsPartsGrowToTheirCeiling() {
         var link = LinkEstimate()
         for _ in 0..<8 { link.record(firstByte: 0.3, bytes: 32 << 20, transfer: 0.1) }
