@@ -48,7 +48,9 @@ enum SignalPipe {
         }
         libfuseTerminate = handler(of: SIGTERM)
         libfuseInterrupt = handler(of: SIGINT)
-        for signal in [SIGTERM, SIGINT] {
+        // Only where libfuse handles the signal: it leaves one alone that the process was started
+        // ignoring (SIGINT in a job a script put in the background), and so do we.
+        for signal in [SIGTERM, SIGINT] where (signal == SIGTERM ? libfuseTerminate : libfuseInterrupt) != nil {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { signal in
                 SignalPipe.send(SignalPipe.stop)
@@ -84,8 +86,8 @@ enum SignalPipe {
     static func uninstall() {
         signal(SIGHUP, SIG_DFL)
         signal(SIGUSR1, SIG_DFL)
-        signal(SIGTERM, libfuseTerminate ?? SIG_DFL)
-        signal(SIGINT, libfuseInterrupt ?? SIG_DFL)
+        if let libfuseTerminate { signal(SIGTERM, libfuseTerminate) }
+        if let libfuseInterrupt { signal(SIGINT, libfuseInterrupt) }
     }
 }
 

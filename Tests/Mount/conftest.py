@@ -7,6 +7,7 @@ started are ever signalled.
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -160,7 +161,7 @@ class Mount:
     """dbx-mount in the foreground (-f), so the test owns the process it signals."""
 
     def __init__(self, emulator: Emulator, mountpoint: Path, *args: str, token: str = TOKEN, cache_home: Path = None,
-                 cwd: Path = None):
+                 cwd: Path = None, ignored_signals: tuple = ()):
         self.mountpoint = mountpoint
         mountpoint.mkdir(parents=True, exist_ok=True)
         # The persistent cache goes to the test's own folder, never the user's ~/.cache. Mounts
@@ -174,8 +175,10 @@ class Mount:
         with open(self.log_path, "w") as log:
             # Started in `cwd`, the mount is named relative to it, as a user in that folder would.
             named = os.path.relpath(mountpoint, cwd) if cwd else str(mountpoint)
+            # Signals ignored from the start, as a shell does for a job it puts in the background.
+            ignore = (lambda: [signal.signal(s, signal.SIG_IGN) for s in ignored_signals]) if ignored_signals else None
             self.process = subprocess.Popen([str(DBX_MOUNT), "-f", *args, named], env=env,
-                                            stdout=log, stderr=log, cwd=cwd)
+                                            stdout=log, stderr=log, cwd=cwd, preexec_fn=ignore)
         deadline = time.monotonic() + 30
         while not is_mounted(mountpoint):
             if self.process.poll() is not None:

@@ -7,6 +7,7 @@ import signal
 import stat
 import subprocess
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -296,6 +297,24 @@ def test_a_signal_ends_the_mount_at_once_with_a_read_waiting_on_a_dead_link(emul
     finally:
         m.unmount()
         reader.join(timeout=10)
+
+
+def test_a_signal_the_mount_was_started_ignoring_stays_ignored(emulator, tmp_path):
+    """A script's background job starts with SIGINT ignored, and libfuse leaves it so. The mount
+    must too: catching it would cancel every Dropbox call (reads fail) and not end the session."""
+    m = Mount(emulator, tmp_path / "mnt", ignored_signals=(signal.SIGINT,))
+    try:
+        os.listdir(m.mountpoint)
+        m.process.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert m.process.poll() is None and is_mounted(m.mountpoint)
+        assert (m.mountpoint / "old.txt").read_bytes() == b"old\n"
+        assert "cancelling" not in m.log()
+        m.process.send_signal(signal.SIGTERM)
+        assert m.process.wait(timeout=20) == 0
+        assert not is_mounted(m.mountpoint)
+    finally:
+        m.unmount()
 
 
 def test_a_killed_mount_is_cleared_by_fusermount(emulator, tmp_path):
