@@ -50,11 +50,11 @@ enum SignalPipe {
         libfuseInterrupt = handler(of: SIGINT)
         // Only where libfuse handles the signal: it leaves one alone that the process was started
         // ignoring (SIGINT in a job a script put in the background), and so do we.
-        for signal in [SIGTERM, SIGINT] where (signal == SIGTERM ? libfuseTerminate : libfuseInterrupt) != nil {
+        for signal in [SIGTERM, SIGINT] where libfuseHandler(signal) != nil {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { signal in
                 SignalPipe.send(SignalPipe.stop)
-                (signal == SIGTERM ? SignalPipe.libfuseTerminate : SignalPipe.libfuseInterrupt)?(signal)
+                SignalPipe.libfuseHandler(signal)?(signal)
             }
             sigemptyset(&action.sa_mask)
             // No SA_RESTART, as libfuse's own: the interrupted wait of its main loop must return
@@ -62,6 +62,11 @@ enum SignalPipe {
             action.sa_flags = 0
             sigaction(signal, &action, nil)
         }
+    }
+
+    /// libfuse's handler for SIGTERM or SIGINT, as found at `install`. Async-signal-safe.
+    private static func libfuseHandler(_ signal: Int32) -> (@convention(c) (Int32) -> Void)? {
+        signal == SIGTERM ? libfuseTerminate : libfuseInterrupt
     }
 
     /// Async-signal-safe: one `write`, errno kept.
