@@ -3,6 +3,7 @@
 //
 // Layering (each arrow is "depends on"):
 //   dbx-mount (CLI) -> MountRuntime -> FUSEAdapter -> DropboxFS (core) -> DropboxClient (API, pure Swift)
+//                                                     DropboxFS -> CStreamingCopy (one copy function in C)
 //                                                                         ^ CurlTransport (the only libcurl user)
 //   MetadataCache (SQLite) implements the core's MetadataStore. docs/ARCHITECTURE.md draws the graph.
 //   dbx-emulator (CLI) -> DropboxEmulator (SwiftNIO server; shares no code with the client)
@@ -42,11 +43,15 @@ let package = Package(
             name: "CurlTransport",
             dependencies: ["CShims", "DropboxClient"]
         ),
-        // The filesystem core: inodes, metadata cache, reads. No C, no network, no FUSE.
+        // The filesystem core: inodes, metadata cache, reads. No network, no FUSE; its only C is
+        // the streaming copy below.
         .target(
             name: "DropboxFS",
-            dependencies: ["DropboxClient", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["DropboxClient", "CStreamingCopy", .product(name: "Logging", package: "swift-log")]
         ),
+        // One C function: the copy into read-ahead buffers with streaming stores, which Swift
+        // cannot emit (CStreamingCopy/StreamingCopy.c says why they pay).
+        .target(name: "CStreamingCopy"),
         // The system SQLite (libsqlite3-dev), for MetadataCache only.
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", providers: [.apt(["libsqlite3-dev"])]),
         // The persistent cache: a mount's tree and cursor in SQLite, so a remount needs no full listing.

@@ -20,6 +20,8 @@ final class WorkerPool: @unchecked Sendable {
     private var threads = 0
     private var idle = 0
     private var running = 0
+    /// Callers of `drain` waiting for running jobs to end: the only ones a finished job wakes.
+    private var draining = 0
     let limit: Int
     private let idleExit: TimeInterval
     /// The threads' name, as `top -H` and a debugger show it.
@@ -58,7 +60,9 @@ final class WorkerPool: @unchecked Sendable {
         background.removeAll()
         urgentHead = 0
         backgroundHead = 0
+        draining += 1
         while running > 0 && condition.wait(until: deadline) {}
+        draining -= 1
         condition.unlock()
     }
 
@@ -88,7 +92,9 @@ final class WorkerPool: @unchecked Sendable {
                 job()
                 condition.lock()
                 running -= 1
-                condition.broadcast()
+                // Not a broadcast for every job: it woke every idle worker to find nothing to do,
+                // a few hundred context switches per GiB streamed.
+                if draining > 0 { condition.broadcast() }
                 continue
             }
             idle += 1

@@ -185,6 +185,29 @@ struct ReadEngineTests {
         #expect(budget.usage.reserved == 0)
     }
 
+    @Test func aPartHoldsExactlyTheBytesAppendedWhateverTheirSizesAndAlignment() throws {
+        // The copy into a part streams 64 bytes at a time from a 16-byte boundary of the part;
+        // chunks that start and end anywhere must still land byte for byte.
+        let source = Self.content(200_003, salt: 0x5A5A)
+        let part = Part(range: 0..<UInt64(source.count))
+        #expect(part.claim())
+        let sizes = [1, 15, 16, 17, 63, 64, 65, 127, 4095, 16_384, 16_389, 0, 3]
+        var at = 0, turn = 0
+        source.withUnsafeBytes { raw in
+            while at < raw.count {
+                let size = min(sizes[turn % sizes.count], raw.count - at)
+                turn += 1
+                #expect(part.append(UnsafeRawBufferPointer(rebasing: raw[at..<(at + size)])))
+                at += size
+            }
+        }
+        part.finish()
+        #expect(try part.wait(forPrefix: source.count) == .ready)
+        let held = part.bytes(0..<source.count)
+        let firstWrongByte = source.indices.first { held[$0] != source[$0] }
+        #expect(firstWrongByte == nil)
+    }
+
     @Test func randomSmallReadsDownloadLittleMoreThanTheyRead() throws {
         let content = Self.content(64 * Self.MiB)
         dropbox.addFile("/big.bin", content)

@@ -2,6 +2,7 @@
 // its fetch, while readers copy out what has arrived. A reader waits only for the bytes it needs,
 // not for the whole part, so the first byte of a stream is served one round trip after the read.
 
+import CStreamingCopy
 import DropboxClient
 import Foundation
 
@@ -77,20 +78,26 @@ final class Part: @unchecked Sendable {
     }
 
     /// The fetcher's next bytes. Returns false when the part was cancelled (stop downloading).
+    /// One lock per chunk, after the copy: only the claimant appends, so `filled` changes only
+    /// here and its own read of it needs no lock. A chunk that arrives after a cancel is copied
+    /// in vain but never counted.
     func append(_ chunk: UnsafeRawBufferPointer) -> Bool {
-        let start = condition.withLock { status == .running ? filled : -1 }
-        guard start >= 0, chunk.count <= length - start else { return false }
+        let start = filled
+        guard chunk.count <= length - start else { return false }
         if let base = chunk.baseAddress, chunk.count > 0 {
-            storage.baseAddress!.advanced(by: start).copyMemory(from: base, byteCount: chunk.count)
+            // Streaming stores: the bytes are read again only when the reader gets here, long
+            // after they would have left the cache (StreamingCopy.c).
+            dbx_streaming_copy(storage.baseAddress!.advanced(by: start), base, chunk.count)
         }
-        condition.withLock {
+        return condition.withLock {
+            guard status == .running else { return false }
             filled = start + chunk.count
             if filled >= wanted {
                 wanted = Int.max
                 condition.broadcast()
             }
+            return true
         }
-        return true
     }
 
     func finish() { settle(.done) }
