@@ -19,7 +19,8 @@
 //
 // Streaming (issue 6). With `send(_:streamingTo:)` the sink asks the receiver, at the first body
 // byte, whether to buffer (error answers) or stream; streamed chunks go straight to the receiver
-// from curl's buffer, one `memcpy` into the read-ahead's part, and nothing is collected here.
+// from curl's buffer, one copy into the read-ahead's part (`Part.append`), and nothing is
+// collected here.
 //
 // Stopping. `stop()` ends every transfer in flight within about a second (curl's progress
 // callback, which curl calls at least once a second even on a silent connection, aborts it) and

@@ -9,7 +9,9 @@ import Foundation
 /// `@unchecked Sendable`: the storage is written only by the one thread that won `claim()`, and
 /// only at and beyond `filled`; readers look only below `filled`. `filled` and the status change
 /// under `condition`'s lock after the bytes are copied, so a reader that sees a count also sees
-/// the bytes (the lock orders the copy before the count).
+/// the bytes. The lock orders ordinary stores before the count, not streaming ones: that takes
+/// the store fence `dbx_streaming_copy` ends with, so a plain copy may replace it but not a
+/// streaming copy without its fence.
 final class Part: @unchecked Sendable {
     enum Status: Equatable {
         case queued, running, done, cancelled
