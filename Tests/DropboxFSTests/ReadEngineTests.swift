@@ -208,6 +208,75 @@ struct ReadEngineTests {
         #expect(firstWrongByte == nil)
     }
 
+    @Test func bytesWrittenInPlaceCountOnlyWhenTheyFitTheWriteSucceedsAndThePartRuns() throws {
+        let part = Part(range: 0..<10)
+        #expect(part.claim())
+        #expect(part.append(count: 4) { buffer in
+            buffer.copyBytes(from: [1, 2, 3, 4] as [UInt8])
+            return true
+        })
+        #expect(!part.append(count: 3) { _ in false }, "a failed write counts nothing")
+        #expect(part.filledCount == 4)
+        var calledForTooMany = false
+        #expect(!part.append(count: 7) { _ in calledForTooMany = true; return true })
+        #expect(!calledForTooMany, "bytes past the part's end are refused before anything is written")
+        #expect(part.append(count: 6) { buffer in
+            buffer.copyBytes(from: [5, 6, 7, 8, 9, 10] as [UInt8])
+            return buffer.count == 6
+        })
+        #expect(Array(part.bytes(0..<10)) == Array(1...10))
+
+        let cancelled = Part(range: 0..<4)
+        #expect(cancelled.claim())
+        cancelled.cancel()
+        #expect(!cancelled.append(count: 4) { _ in true })
+        #expect(cancelled.filledCount == 0)
+    }
+
+    @Test func theBlockCacheFillsAPartFromTheMiddleOfABlockAndForgetsBlocksWhoseFilesAreDamaged() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-blocks-\(UUID())").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let cache = BlockCache(directory: directory, capacity: 64 << 20, logger: .init(label: "test"))
+        let content = Self.content(3 * Self.MiB + 777, salt: 3)
+        let file = ReadFile(id: "id:f", rev: "0123", size: UInt64(content.count))
+        let whole = Part(range: 0..<UInt64(content.count))
+        #expect(whole.claim())
+        #expect(content.withUnsafeBytes { whole.append($0) })
+        whole.finish()
+        cache.store(whole, file: file)
+        #expect(cache.usage.blocks == 4)
+        for block in 0..<4 {
+            let size = try FileManager.default.attributesOfItem(atPath: directory + "/" + BlockCache.key(file, block: UInt64(block)))[.size]
+            #expect((size as? NSNumber)?.intValue == (block < 3 ? Self.MiB : 777), "block \(block)")
+        }
+
+        // From the middle of block 0 into block 2: one block at a time, byte for byte.
+        let range = 500_000..<(2 * Self.MiB + 100)
+        let part = Part(range: UInt64(range.lowerBound)..<UInt64(range.upperBound))
+        #expect(part.claim())
+        for _ in 0..<3 { #expect(cache.fill(part, file: file)) }
+        #expect(part.filledCount == range.count)
+        #expect(Array(part.bytes(0..<range.count)) == Array(content[range]))
+
+        // A block file cut short, grown, or gone since the index was read is a miss, and is forgotten.
+        #expect(truncate(directory + "/" + BlockCache.key(file, block: 0), 1000) == 0)
+        let grown = try #require(FileHandle(forWritingAtPath: directory + "/" + BlockCache.key(file, block: 1)))
+        grown.seekToEndOfFile()
+        grown.write(Data([1, 2, 3]))
+        try grown.close()
+        try FileManager.default.removeItem(atPath: directory + "/" + BlockCache.key(file, block: 2))
+        for block in 0...2 {
+            let missing = Part(range: UInt64(block * Self.MiB)..<UInt64(content.count))
+            #expect(missing.claim())
+            #expect(!cache.fill(missing, file: file), "block \(block)")
+            #expect(missing.filledCount == 0)
+        }
+        #expect(cache.usage.blocks == 1)
+        for block in 0...1 {
+            #expect(!FileManager.default.fileExists(atPath: directory + "/" + BlockCache.key(file, block: UInt64(block))))
+        }
+    }
+
     @Test func randomSmallReadsDownloadLittleMoreThanTheyRead() throws {
         let content = Self.content(64 * Self.MiB)
         dropbox.addFile("/big.bin", content)

@@ -162,3 +162,16 @@ def children_cpu_seconds():
     """CPU of the children reaped so far (the reader or curl a workload ran)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def evict_page_cache(path):
+    """Drops the page cache of a file, or of every file under a folder, so that the next read
+    comes from the disk: written pages are flushed first (sync), as only clean pages drop."""
+    os.sync()
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    for file in files:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

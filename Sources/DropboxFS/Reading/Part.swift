@@ -91,9 +91,27 @@ final class Part: @unchecked Sendable {
             // after they would have left the cache (StreamingCopy.c).
             dbx_streaming_copy(storage.baseAddress!.advanced(by: start), base, chunk.count)
         }
-        return condition.withLock {
+        return publish(filledUpTo: start + chunk.count)
+    }
+
+    /// The fetcher's next `count` bytes, written in place by `write` into the buffer it is given
+    /// (exactly the `count` bytes after those already there), so that bytes read from a file need
+    /// no buffer of their own and no second copy. `write` returns false when it could not fill it
+    /// all; then nothing is counted. Returns false when the bytes do not fit, `write` failed or
+    /// the part was cancelled. `write` stores as any code does, so the lock orders its bytes
+    /// before the count.
+    func append(count: Int, writingWith write: (UnsafeMutableRawBufferPointer) -> Bool) -> Bool {
+        let start = filled
+        guard count >= 0, count <= length - start else { return false }
+        guard write(UnsafeMutableRawBufferPointer(rebasing: storage[start..<(start + count)])) else { return false }
+        return publish(filledUpTo: start + count)
+    }
+
+    /// Counts the bytes below `end` as arrived, and wakes readers waiting for them.
+    private func publish(filledUpTo end: Int) -> Bool {
+        condition.withLock {
             guard status == .running else { return false }
-            filled = start + chunk.count
+            filled = end
             if filled >= wanted {
                 wanted = Int.max
                 condition.broadcast()
