@@ -41,6 +41,29 @@ struct PinTests {
         return dropbox
     }
 
+    @Test func pinPartsReuseTheirBuffersWithinABoundAndGiveThemBackWhenAPassEnds() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let pins = Pins(directory: directory)
+        let size = UInt64(Pins.partSize), pool = UInt64(DropboxFilesystem.pinConcurrency) * UInt64(Pins.partSize)
+        var parts = [pins.part(0..<size)]
+        let address = parts[0].bytes(0..<1).baseAddress
+        parts = []
+        parts.append(pins.part(size..<(2 * size)))
+        #expect(parts[0].bytes(0..<1).baseAddress == address, "the next part gets the buffer just given back")
+        // One buffer per file fetched at once; a part beyond them gets a buffer of its own.
+        for index in 1...UInt64(DropboxFilesystem.pinConcurrency) {
+            parts.append(pins.part(index * size..<(index + 1) * size - 7))
+        }
+        #expect(parts.allSatisfy { $0.length >= Int(size) - 7 })
+        #expect(pins.buffers.usage.reserved == pool, "never more than the pool")
+        parts = []
+        #expect(pins.buffers.usage.reserved == 0)
+        #expect(pins.buffers.parkedBytes == pool, "kept for the next part")
+        pins.freeBuffers()
+        #expect(pins.buffers.parkedBytes == 0, "a finished pass keeps no memory")
+    }
+
     @Test func aPinnedFolderEndsUpWholeInTheBlockCacheAndStaysPinnedAcrossRemounts() throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -55,6 +78,7 @@ struct PinTests {
         #expect(fs.reader.cache?.usage.bytes == UInt64(3 * Self.MiB + 8),
                 "exactly the pinned files are cached: \(Self.blocks(in: directory)), \(fs.pinStatus)")
         #expect(FileManager.default.fileExists(atPath: directory + "/pins.json"))
+        #expect(eventually { fs.pins?.buffers.parkedBytes == 0 }, "the pass that fetched them freed its buffers")
 
         let remounted = makeFS(dropbox, directory: directory)
         #expect(remounted.pinStatus.map(\.path) == ["/Pinned"], "pins are kept in the block cache's folder")

@@ -76,6 +76,13 @@ final class Pins: @unchecked Sendable {
     let file: String
     /// Holds nil without `--pin-bandwidth`.
     private let pacer: Mutex<PinPacer?>
+    /// The 8 MiB buffers of the parts being fetched, one per file fetched at once, reused from
+    /// part to part: a fresh buffer for every 8 MiB would cost page faults and zeroed pages for
+    /// every byte pinned. Freed when a pass ends, so an idle mount does not keep them.
+    let buffers = ReadBudget(capacity: UInt64(DropboxFilesystem.pinConcurrency) * UInt64(Pins.partSize))
+
+    /// The most one request of a pin asks for.
+    static let partSize = 8 << 20
 
     init(directory: String, bandwidth: UInt64? = nil) {
         pacer = Mutex(bandwidth.map { PinPacer(bytesPerSecond: $0) })
@@ -87,6 +94,17 @@ final class Pins: @unchecked Sendable {
     }
 
     var list: [String] { condition.withLock { paths } }
+
+    /// A part for `range` (at most `partSize`) in one of the pins' own buffers; in a one-off
+    /// buffer if none is free (a part still held elsewhere).
+    func part(_ range: Range<UInt64>) -> Part {
+        let size = ReadBudget.bufferSize(for: Int(range.upperBound - range.lowerBound))
+        guard let buffer = buffers.reserveBuffer(size) else { return Part(range: range) }
+        return Part(range: range, buffer: buffer, budget: buffers)
+    }
+
+    /// Frees the buffers kept for reuse (a pass is over).
+    func freeBuffers() { buffers.freeParked() }
 
     /// Waits until fetching `bytes` more keeps the pins under their bandwidth.
     func pace(_ bytes: UInt64) {
@@ -314,6 +332,7 @@ extension DropboxFilesystem {
             }
             finished.wait()
         }
+        pins.freeBuffers()
     }
 
     /// Pinned files fetched at once.
@@ -325,11 +344,12 @@ extension DropboxFilesystem {
     private func fetchWhole(_ file: ReadFile) {
         let stream = reader.open(file) { [weak self] in self?.isCurrentRev(file) ?? false }
         defer { reader.close(stream) }
-        let step: UInt64 = 8 << 20
+        guard let pins else { return }
+        let step = UInt64(Pins.partSize)
         var offset: UInt64 = 0
         while offset < file.size, !stopped.load(ordering: .relaxed) {
-            let part = Part(range: offset..<min(file.size, offset + step))
-            pins?.pace(UInt64(part.length))
+            let part = pins.part(offset..<min(file.size, offset + step))
+            pins.pace(UInt64(part.length))
             _ = part.claim()
             reader.fetch(part, of: stream)
             guard (try? part.wait(forPrefix: part.length)) == .ready else { return }

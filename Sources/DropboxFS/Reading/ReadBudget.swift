@@ -10,6 +10,7 @@
 // first touch, which at a GB/s is a large share of the CPU; so a freed part buffer is parked here
 // and handed to the next part of its size class. Parked buffers count against the same capacity
 // (reserved + parked never exceeds it), so recycling never lets the process grow past the budget.
+// Pinned folders use a ReadBudget of their own the same way, as a pool of their 8 MiB buffers.
 
 import Synchronization
 
@@ -86,6 +87,20 @@ public final class ReadBudget: Sendable {
             return true
         }
         if !keep { PartMemory.free(buffer) }
+    }
+
+    /// Bytes of free buffers kept for reuse.
+    var parkedBytes: UInt64 { state.withLock { $0.parkedBytes } }
+
+    /// Frees every parked buffer: memory kept for reuse goes back to the system.
+    func freeParked() {
+        let freed = state.withLock { counts -> [RawBuffer] in
+            let all = counts.parked.values.flatMap { $0 }
+            counts.parked = [:]
+            counts.parkedBytes = 0
+            return all
+        }
+        for buffer in freed { PartMemory.free(buffer.pointer) }   // outside the lock
     }
 
     /// How much read-ahead one stream may hold now.
