@@ -208,7 +208,7 @@ final class BlockCache: Sendable {
         let to = Int(min(part.range.upperBound, blockStart + length) - blockStart)
         var readFailed = false
         let appended = part.append(count: to - from) { buffer in
-            readFailed = !Self.read(descriptor, into: buffer, at: from)
+            readFailed = !Self.readFully(descriptor, into: buffer, at: from)
             return !readFailed
         }
         if readFailed { forget(key) }
@@ -239,7 +239,7 @@ final class BlockCache: Sendable {
             let key = Self.key(file, block: block)
             if !isCached(key) {
                 let offsets = Int(start - part.range.lowerBound)..<Int(start + length - part.range.lowerBound)
-                if write(part.bytes(offsets), key: key) {
+                if writeBlock(part.bytes(offsets), key: key) {
                     let evicted = withIndex { index -> [String] in
                         index.touch(key, size: length)
                         var evicted: [String] = []
@@ -256,14 +256,14 @@ final class BlockCache: Sendable {
     /// Writes a block under a temporary name, then renames it into place. Straight from the
     /// part's buffer: no copy into a `Data`, and no second temporary file as an atomic
     /// `FileManager` write would make.
-    private func write(_ bytes: UnsafeRawBufferPointer, key: String) -> Bool {
+    private func writeBlock(_ bytes: UnsafeRawBufferPointer, key: String) -> Bool {
         let temporary = path(".tmp-" + UUID().uuidString)
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             logger.debug("cannot write a cache block", metadata: ["path": "\(temporary)", "errno": "\(errno)"])
             return false
         }
-        let written = Self.write(descriptor, bytes)
+        let written = Self.writeFully(descriptor, bytes)
         let closed = close(descriptor) == 0
         guard written, closed, rename(temporary, path(key)) == 0 else {
             logger.debug("cannot write a cache block", metadata: ["path": "\(temporary)", "errno": "\(errno)"])
@@ -274,7 +274,7 @@ final class BlockCache: Sendable {
     }
 
     /// Fills `buffer` from `descriptor` at `offset`; false on an error or an early end of file.
-    private static func read(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) -> Bool {
+    private static func readFully(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) -> Bool {
         var done = 0
         while done < buffer.count {
             let got = pread(descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
@@ -286,10 +286,10 @@ final class BlockCache: Sendable {
     }
 
     /// Writes all of `bytes` to `descriptor`; false on an error.
-    private static func write(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
+    private static func writeFully(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
         var done = 0
         while done < bytes.count {
-            let put = Glibc.write(descriptor, bytes.baseAddress! + done, bytes.count - done)
+            let put = write(descriptor, bytes.baseAddress! + done, bytes.count - done)
             if put < 0 && errno == EINTR { continue }
             guard put > 0 else { return false }
             done += put

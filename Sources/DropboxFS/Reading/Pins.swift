@@ -321,7 +321,7 @@ extension DropboxFilesystem {
                               pins.list.contains(path) else { return }
                         let file = missing[index]
                         let before = cache.cachedBytes(of: file)
-                        fetchWhole(file)
+                        fetchWhole(file, pins: pins)
                         let after = cache.cachedBytes(of: file)
                         let now = done.withLock { $0 += after - min(before, after); return $0 }
                         pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: now))
@@ -341,10 +341,9 @@ extension DropboxFilesystem {
     /// The blocks of `file` not in the cache yet, downloaded through the read engine (so they land
     /// in the block cache) in parts of 8 MiB, one after another: one request and 8 MiB of memory
     /// at a time per file, beside whatever the user reads.
-    private func fetchWhole(_ file: ReadFile) {
+    private func fetchWhole(_ file: ReadFile, pins: Pins) {
         let stream = reader.open(file) { [weak self] in self?.isCurrentRev(file) ?? false }
         defer { reader.close(stream) }
-        guard let pins else { return }
         let step = UInt64(Pins.partSize)
         var offset: UInt64 = 0
         while offset < file.size, !stopped.load(ordering: .relaxed) {
