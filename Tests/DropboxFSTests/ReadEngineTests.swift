@@ -118,6 +118,24 @@ struct ReadEngineTests {
         fs.release(handle)
     }
 
+    @Test func onASlowLinkAStreamKeepsSecondsOfWhatArrivesInFlightNotItsWholeWindow() throws {
+        // 16 MB/s shared by every download: the 64 MiB window floor would be four seconds of the
+        // link, all of it requested at once, the reader's next part getting a fraction of the link.
+        let content = Self.content(48 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        dropbox.setDownloadBandwidth(16e6)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        #expect(try readAll(fs, handle, size: content.count) == content)
+        // Two seconds of at most 16 MB/s is 30.5 MiB; without the pace all 48 MiB were reserved.
+        #expect(fs.readAheadUsage.peak <= 40 << 20, "peak read-ahead \(fs.readAheadUsage.peak >> 20) MiB")
+        #expect(dropbox.downloadedBytes == UInt64(content.count), "every byte downloaded once")
+        let measured = try #require(fs.reader.open(ReadFile(id: "big", rev: "r", size: 1), isCurrent: { true })
+            .state.withLock { $0.pace.rate }, "a new stream starts from the rate the last one measured")
+        #expect(measured <= 17e6 && measured > 1e6, "measured \(measured) B/s through a 16 MB/s link")
+        fs.release(handle)
+    }
+
     @Test func concurrentOutOfOrderReadsOfOneHandleStayInTheStream() throws {
         let content = Self.content(24 * Self.MiB)
         dropbox.addFile("/big.bin", content)

@@ -153,6 +153,34 @@ def test_a_tail_read_downloads_at_most_4_mib(files, reads_emulator, mount):
     assert downloaded <= 4 * MiB, f"tail -c 1M downloaded {downloaded} bytes"
 
 
+def test_on_a_slow_link_a_stream_keeps_seconds_not_its_whole_window_ahead_of_its_reader(files, tmp_path):
+    """At 8 MB/s the window's 64 MiB floor is 8 s of the link, and its parts share the link: the
+    part the reader waits for arrived at a fraction of the link's rate while the rest of the
+    window took the remainder (15 MiB read in the first 11 s at 6 MB/s). A stream keeps about two
+    seconds of what arrives ahead of its reader: what the emulator has sent when the reader has
+    16 MiB is that, not a window."""
+    emulator = Emulator(files, "--bandwidth", "8000000")
+    m = None
+    try:
+        m = Mount(emulator, tmp_path / "mnt")
+        expected = (files / "big.bin").read_bytes()[:16 * MiB]
+        got = bytearray()
+        with open(m.mountpoint / "big.bin", "rb", buffering=0) as f:
+            while len(got) < len(expected):
+                chunk = f.read(min(MiB, len(expected) - len(got)))
+                assert chunk, "end of file before 16 MiB"
+                got += chunk
+            ahead = stats(emulator)["download_bytes"] - len(got)
+        assert got == expected
+        # Two seconds of 8 MB/s is 16 MB; the window's first parts (1 + 2 + 4 + 8 MiB) go out
+        # before anything is measured. Without the pace it was about 48 MiB.
+        assert ahead <= 32 * MiB, f"{ahead >> 20} MiB downloaded ahead of a reader at 16 MiB"
+    finally:
+        if m:
+            m.unmount()
+        emulator.stop()
+
+
 def test_random_4k_reads_download_at_most_4_times_what_they_read(files, reads_emulator, mount):
     mnt = mount()
     size = (files / "big.bin").stat().st_size

@@ -49,6 +49,10 @@ public final class FakeDropbox: DropboxAPI {
     }
 
     private let contents = Mutex(Contents())
+    /// Bytes per second all downloads share (0: no limit), and when the link is next free: one
+    /// link that chunks of concurrent downloads take turns on, as TCP connections sharing a
+    /// bottleneck roughly do.
+    private let link = Mutex((bytesPerSecond: 0.0, freeAt: 0.0))
     public let pageSize: Int
     /// Called inside `listFolder`, before answering: lets a test hold a listing in flight, or
     /// change the tree while a listing is under way.
@@ -283,6 +287,20 @@ public final class FakeDropbox: DropboxAPI {
     /// Seconds each download waits before its first byte, as a link's round trip would.
     public func setDownloadLatency(_ seconds: Double) { contents.withLock { $0.downloadLatency = seconds } }
 
+    /// Caps all downloads together at `bytesPerSecond` (0 lifts the cap).
+    public func setDownloadBandwidth(_ bytesPerSecond: Double) { link.withLock { $0.bytesPerSecond = bytesPerSecond } }
+
+    /// Waits for the shared link to carry `bytes`.
+    private func sendOverLink(_ bytes: Int) {
+        let now = ProcessInfo.processInfo.systemUptime
+        let done = link.withLock { l -> Double? in
+            guard l.bytesPerSecond > 0 else { return nil }
+            l.freeAt = max(l.freeAt, now) + Double(bytes) / l.bytesPerSecond
+            return l.freeAt
+        }
+        if let done, done > now { Thread.sleep(forTimeInterval: done - now) }
+    }
+
     /// Cuts the next streamed downloads short, one per entry, after that many bytes, with a
     /// transport error (what a dropped connection looks like once the client gave up).
     public func cutShort(after bytes: [Int]) { contents.withLock { $0.cuts.append(contentsOf: bytes) } }
@@ -298,6 +316,7 @@ public final class FakeDropbox: DropboxAPI {
         var sent = 0
         while sent < limit {
             let chunk = min(64 << 10, limit - sent)
+            sendOverLink(chunk)
             let more = bytes.withUnsafeBytes { consumer(UnsafeRawBufferPointer(rebasing: $0[sent..<(sent + chunk)])) }
             sent += chunk
             if !more { return UInt64(sent) }

@@ -6,7 +6,7 @@ import random
 import subprocess
 import time
 
-from .common import BenchError, TAIL_BYTES, TOKEN
+from .common import BenchError, STREAM_START_BYTES, TAIL_BYTES, TOKEN
 from .processes import run_parallel, run_tool
 
 
@@ -18,6 +18,13 @@ def _curl_fields(out):
 def b_seq_read(ctx):
     f = ctx.layout["large"][0]
     seconds, out, _ = run_tool(ctx.curl(f), ctx.timeout, stdout=subprocess.PIPE)
+    size = _curl_fields(out)[0]
+    return {"seconds": seconds, "bytes": size, "check": size}
+
+
+def b_stream_start(ctx):
+    f = ctx.layout["large"][0]
+    seconds, out, _ = run_tool(ctx.curl(f, f"0-{STREAM_START_BYTES - 1}"), ctx.timeout, stdout=subprocess.PIPE)
     size = _curl_fields(out)[0]
     return {"seconds": seconds, "bytes": size, "check": size}
 

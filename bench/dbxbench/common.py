@@ -31,3 +31,6 @@ def log(message):
 
 # What tail-1m reads at the end of the huge file, from the mount and with curl alike.
 TAIL_BYTES = MiB
+# What the stream-start rows read from the start of a large file: what a video player needs before
+# it plays smoothly, or a copy's first seconds.
+STREAM_START_BYTES = 32 * MiB

@@ -5,10 +5,10 @@ import json
 import subprocess
 import sys
 
-from .common import BenchError, METADATA, READ, TAIL_BYTES, TOKEN
+from .common import BenchError, METADATA, READ, STREAM_START_BYTES, TAIL_BYTES, TOKEN
 from .processes import evict_page_cache, run_parallel, run_tool
 from .fixtures import fixture_layout
-from .baselines import b_par_read, b_seq_read, b_tail, b_ttfb
+from .baselines import b_par_read, b_seq_read, b_stream_start, b_tail, b_ttfb
 
 
 # "bytes" (bytes returned to the reader), fio adds "iops".
@@ -86,6 +86,12 @@ def w_seq_read(ctx, mnt):
     return {"seconds": seconds, "bytes": _dd_bytes(err), "check": _dd_bytes(err)}
 
 
+def w_stream_start(ctx, mnt):
+    f = ctx.layout["large"][0]
+    seconds, _, err = run_tool(_dd(mnt / f) + [f"count={STREAM_START_BYTES // (1 << 20)}"], ctx.timeout)
+    return {"seconds": seconds, "bytes": _dd_bytes(err), "check": _dd_bytes(err)}
+
+
 def b_seq_read_from_disk(ctx):
     """w_seq_read of the served file itself, its pages dropped first: a read from this machine's disk."""
     evict_page_cache(ctx.root / ctx.layout["large"][0])
@@ -146,6 +152,9 @@ LINK_1G = 1_000_000_000
 # decrypt with the mount, the reader and the emulator sharing its two cores: with TLS rows capped
 # here, the round trip and the bytes kept in flight are measured, not the machine's CPU.
 LINK_TLS = 300_000_000
+# A home link of 100 Mbit/s, slower than the window a fast link needs: the stream-start row
+# shows that the window's parts do not share it with the part its reader waits for.
+LINK_HOME = 12_500_000
 
 # name, kind, what the mount runs, what the baseline runs, how the baseline is measured,
 # the metric ("time", "throughput" or "iops").
@@ -206,6 +215,11 @@ WORKLOADS = [
      "what": "4 parallel dd bs=1M of 4 different large files over TLS, 50 ms per request, the emulator "
              "capped at 300 MB/s in all",
      "baseline_what": "4 parallel curls of the same files over TLS through the same cap"},
+    {"name": "stream-start-tls-50ms-link-12m", "kind": READ, "metric": "throughput", "run": w_stream_start,
+     "baseline": b_stream_start, "tls": True, "latency_ms": 50, "bandwidth": LINK_HOME,
+     "what": "dd bs=1M count=32 from the start of one large file over TLS, 50 ms per request, the emulator capped "
+             "at 12.5 MB/s (100 Mbit/s)",
+     "baseline_what": "curl of the same first 32 MiB (Range) over TLS through the same cap"},
     # Issue 19: the same read through a shared link (of the account's root, so paths stay the
     # same), beside seq-read-tls-50ms through the account. No change feed goes through a link, so
     # the read starts at once after mounting (the link's folders are listed as they are reached).

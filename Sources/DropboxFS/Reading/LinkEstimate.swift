@@ -24,7 +24,8 @@
 //   Sizing the window from the link's whole rate instead feeds back on itself (a wider window
 //   puts more parts on the link, each measures less, and the window grows again) until the
 //   budget is full. Twice, not more: on a slow, far link a window is bytes downloaded ahead that
-//   a seek throws away.
+//   a seek throws away. On a link slower than the floor is wide (tens of MB/s), each stream's
+//   own pace caps its window below the floor (`StreamPace`).
 // A fresh mount knows nothing yet: it starts from the short-round-trip sizes, and the first parts'
 // measurements move it within a few requests (each sample weighs a quarter).
 

@@ -10,7 +10,9 @@
 // grow 1, 2, 4, 8 MiB and on to the link's part size, so the first byte costs one small request
 // and a long read keeps several large ones in flight over the transport's reused connections.
 // The link's window and part size come from what the downloads measured, round trip and rate
-// (`LinkEstimate`): a longer round trip needs more bytes in flight for the same throughput.
+// (`LinkEstimate`): a longer round trip needs more bytes in flight for the same throughput. On a
+// slow link a stream keeps no more than a couple of seconds of what reaches it in flight
+// (`StreamPace`): more would only share the link with the part its reader waits for.
 // A read far from the stream drops it (cancelling what is in flight) and is fetched on its own,
 // rounded only to whole pages: the kernel already rounds buffered reads up and reads ahead by itself when it sees order,
 // so rounding further would only multiply bytes for random readers (4 KiB reads rounded to
@@ -88,11 +90,18 @@ final class ReadStream: Sendable {
     let file: ReadFile
     /// Whether `file.rev` is still the file's current rev (asked before each download).
     let isCurrent: @Sendable () -> Bool
-    let state = Mutex(StreamState())
+    let state: Mutex<StreamState>
+    /// Bytes that arrived in the stream's parts, downloaded or from the block cache (`StreamPace`).
+    let arrived = Atomic<UInt64>(0)
 
-    init(file: ReadFile, isCurrent: @escaping @Sendable () -> Bool) {
+    init(file: ReadFile, pace: StreamPace = StreamPace(), isCurrent: @escaping @Sendable () -> Bool) {
         self.file = file
         self.isCurrent = isCurrent
+        state = Mutex(StreamState(pace: pace))
+    }
+
+    func countArrived(_ bytes: Int) {
+        if bytes > 0 { arrived.add(UInt64(bytes), ordering: .relaxed) }
     }
 }
 
@@ -111,6 +120,9 @@ struct StreamState {
     /// Counted among the budget's streams (while it holds parts).
     var counted = false
     var closed = false
+    /// How fast its bytes have been arriving; bounds the window on a slow link. Kept when the
+    /// stream restarts after a seek: the link is the same.
+    var pace: StreamPace
 }
 
 final class ReadEngine: Sendable {
@@ -139,6 +151,10 @@ final class ReadEngine: Sendable {
 
     var linkEstimate: LinkEstimate { link.withLock { $0 } }
 
+    /// The rate the last stream measured, bytes per second: where a new stream's pace starts, so
+    /// that a second file on a slow link is not first requested as if the link were fast.
+    private let recentStreamRate = Mutex<Double?>(nil)
+
     /// Reads fetched on their own (outside read-ahead) and their bytes, for the stats line.
     private let directReads = Mutex((reads: 0, bytes: UInt64(0)))
 
@@ -158,7 +174,7 @@ final class ReadEngine: Sendable {
     }
 
     func open(_ file: ReadFile, isCurrent: @escaping @Sendable () -> Bool) -> ReadStream {
-        ReadStream(file: file, isCurrent: isCurrent)
+        ReadStream(file: file, pace: StreamPace(rate: recentStreamRate.withLock { $0 }), isCurrent: isCurrent)
     }
 
     /// The handle is gone: its read-ahead is cancelled and its memory returns to the budget.
@@ -204,7 +220,10 @@ final class ReadEngine: Sendable {
         let file = stream.file
         guard offset < file.size, size > 0 else { return .empty }
         let end = min(file.size, offset + UInt64(size))
-        let plan = stream.state.withLock { self.plan(&$0, file: file, offset: offset, end: end) }
+        // Read under the stream's lock, so that the counts its pace sees never go back.
+        let plan = stream.state.withLock {
+            self.plan(&$0, file: file, offset: offset, end: end, arrived: stream.arrived.load(ordering: .relaxed))
+        }
         for (part, urgent) in plan.scheduled {
             workers.submit(urgent: urgent) { [self] in
                 if part.claim() { fetch(part, of: stream) }
@@ -245,8 +264,12 @@ final class ReadEngine: Sendable {
     }
 
     /// Decides, under the stream's lock, what this read uses and what to fetch.
-    private func plan(_ s: inout StreamState, file: ReadFile, offset: UInt64, end: UInt64) -> Plan {
+    private func plan(_ s: inout StreamState, file: ReadFile, offset: UInt64, end: UInt64, arrived: UInt64) -> Plan {
         guard !s.closed else { return Plan() }
+        if s.pace.observe(arrived: arrived, downloading: s.parts.contains { !$0.isFinished }, at: .now) {
+            let rate = s.pace.rate
+            recentStreamRate.withLock { $0 = rate }
+        }
         // A reader whose reads are as large as the window and come one at a time reads each part
         // whole before asking for the next: that empties the stream, and must not restart it.
         var inStream = s.parts.isEmpty && s.drainedAt == offset
@@ -260,7 +283,8 @@ final class ReadEngine: Sendable {
         }
         let link = self.link.withLock { $0 }
         let partCeiling = link.partSize(options, budget: budget.capacity)
-        let windowCeiling = link.window(options, budget: budget.capacity)
+        let paceCap = s.pace.windowCap(roundTrip: link.latency, minimum: max(options.basePartSize, options.initialWindow))
+        let windowCeiling = min(link.window(options, budget: budget.capacity), paceCap ?? .max)
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
         if !inStream {
             s.lastReadEnd = end
@@ -349,7 +373,10 @@ final class ReadEngine: Sendable {
             if start >= part.range.upperBound { break }
             if part.isCancelled { return }
             guard stream.isCurrent() else { return part.fail(.changedSinceOpen) }
-            if let cache, cache.fill(part, file: file) { continue }
+            if let cache, cache.fill(part, file: file) {
+                stream.countArrived(part.filledCount - done)
+                continue
+            }
             if linkDown() { return part.fail(.upstream(Reachability.offline)) }
             let end = cache?.nextCachedOffset(after: start, before: part.range.upperBound, file: file) ?? part.range.upperBound
             do throws(DropboxError) {
@@ -357,7 +384,9 @@ final class ReadEngine: Sendable {
                 var firstByte: ContinuousClock.Instant?
                 let got = try api.download(path: file.path, range: start..<end) { chunk in
                     if firstByte == nil { firstByte = .now }
-                    return part.append(chunk)
+                    guard part.append(chunk) else { return false }
+                    stream.countArrived(chunk.count)
+                    return true
                 }
                 if let firstByte, start + got == end {
                     let finished = ContinuousClock.now
