@@ -63,6 +63,7 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("tls-key"), help: "PEM private key for --tls-cert.") var tlsKey: String?
     @Option(name: .customLong("latency-ms"), help: "Delay added to each API request, in milliseconds.") var latencyMs: Int = 0
     @Option(help: "Global cap on response body bytes per second.") var bandwidth: Int?
+    @Option(name: .customLong("connection-bandwidth"), help: "Cap on each connection's response body bytes per second (a far server).") var connectionBandwidth: Int?
     @Option(name: .customLong("fail-rate"), help: "Fraction (0-1) of API requests answered 500, 503 or 429.") var failRate: Double = 0
     @Option(name: .customLong("truncate-rate"), help: "Fraction (0-1) of download bodies cut short.") var truncateRate: Double = 0
     @Option(help: "Seed for the failure and truncation dice.") var seed: UInt64 = 1
@@ -88,6 +89,7 @@ struct Serve: ParsableCommand {
         guard pageSize >= 1 else { throw ValidationError("--page-size must be at least 1") }
         guard tokenLifetime >= 1 else { throw ValidationError("--token-lifetime must be at least 1") }
         if let bandwidth, bandwidth < 1 { throw ValidationError("--bandwidth must be positive") }
+        if let connectionBandwidth, connectionBandwidth < 1 { throw ValidationError("--connection-bandwidth must be positive") }
         if let rateLimit, rateLimit < 1 { throw ValidationError("--rate-limit must be positive") }
         guard RangePastEnd(rawValue: rangePastEnd) != nil else { throw ValidationError("--range-past-end must be 416 or 409") }
         guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
@@ -105,6 +107,7 @@ struct Serve: ParsableCommand {
         c.tlsKeyPath = tlsKey
         c.latency = .milliseconds(latencyMs)
         c.bandwidthBytesPerSecond = bandwidth
+        c.connectionBandwidthBytesPerSecond = connectionBandwidth
         c.failureRate = failRate
         c.truncateRate = truncateRate
         c.seed = seed

@@ -19,6 +19,9 @@ public struct EmulatorConfiguration: Sendable {
     public var latency: Duration = .zero
     /// Global cap on response body bytes per second, shared by all connections.
     public var bandwidthBytesPerSecond: Int? = nil
+    /// Cap on response body bytes per second of each connection: a far server, whose every TCP
+    /// connection carries less than the link could.
+    public var connectionBandwidthBytesPerSecond: Int? = nil
     /// Fraction of API requests answered 500, 503 or 429 (with Retry-After), drawn from `seed`.
     public var failureRate: Double = 0
     /// Fraction of download bodies cut short partway (the connection is closed), drawn from `seed`.

@@ -5,6 +5,7 @@ import Synchronization
 struct Knobs: Sendable {
     var latency: Duration
     var bandwidthBytesPerSecond: Int?
+    var connectionBandwidthBytesPerSecond: Int?
     var failureRate: Double
     var truncateRate: Double
     var requestsPerSecond: Int?
@@ -18,6 +19,7 @@ struct Knobs: Sendable {
     init(_ c: EmulatorConfiguration) {
         latency = c.latency
         bandwidthBytesPerSecond = c.bandwidthBytesPerSecond
+        connectionBandwidthBytesPerSecond = c.connectionBandwidthBytesPerSecond
         failureRate = c.failureRate
         truncateRate = c.truncateRate
         requestsPerSecond = c.requestsPerSecond
@@ -32,6 +34,7 @@ struct Knobs: Sendable {
         .object([
             ("latency_ms", .int(Int64(latency.components.seconds * 1000 + latency.components.attoseconds / 1_000_000_000_000_000))),
             ("bandwidth", bandwidthBytesPerSecond.map { .int(Int64($0)) } ?? .null),
+            ("connection_bandwidth", connectionBandwidthBytesPerSecond.map { .int(Int64($0)) } ?? .null),
             ("fail_rate", .double(failureRate)),
             ("truncate_rate", .double(truncateRate)),
             ("rate_limit", requestsPerSecond.map { .int(Int64($0)) } ?? .null),
@@ -64,6 +67,9 @@ struct Knobs: Sendable {
             case "bandwidth":
                 guard let v = optionalInt() else { return "bandwidth: expected a non-negative integer or null" }
                 bandwidthBytesPerSecond = v == 0 ? nil : v
+            case "connection_bandwidth":
+                guard let v = optionalInt() else { return "connection_bandwidth: expected a non-negative integer or null" }
+                connectionBandwidthBytesPerSecond = v == 0 ? nil : v
             case "fail_rate":
                 guard let r = rate() else { return "fail_rate: expected a number in [0, 1]" }
                 failureRate = r

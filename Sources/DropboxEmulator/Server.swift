@@ -154,6 +154,8 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
     private var bodyTooLarge = false
+    /// When this connection may send its next body bytes under `connection_bandwidth`.
+    private var connectionFreeAt = NIODeadline.uptimeNanoseconds(0)
     static let maxBody = 16 * 1024 * 1024
 
     init(app: App) { self.app = app }
@@ -315,7 +317,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             if !admin { app.state.countBytes(sent, download: false) }
         }
-        let delay = admin ? .zero : app.state.reserveBandwidth(body.count)
+        let delay = admin ? .zero : bodyDelay(body.count)
         if delay > .zero {
             context.eventLoop.assumeIsolated().scheduleTask(in: delay, write)
         } else {
@@ -327,7 +329,8 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         var headers = baseHeaders(extra, keepAlive: keepAlive)
         headers.replaceOrAdd(name: "Content-Length", value: String(file.length))
         let cut = app.state.drawTruncation(length: file.length)
-        let capped = app.state.currentKnobs.bandwidthBytesPerSecond != nil
+        let knobs = app.state.currentKnobs
+        let capped = knobs.bandwidthBytesPerSecond != nil || knobs.connectionBandwidthBytesPerSecond != nil
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
         if !app.usesTLS, !capped, cut == nil {
             // sendfile(2): the bytes never enter user space.
@@ -357,11 +360,24 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         pump(context: context, file: file, sent: 0, limit: cut ?? file.length, keepAlive: keepAlive)
     }
 
-    /// The bytes one paced step sends: 256 KiB, or a twentieth of a second at a lower cap.
-    private static func chunkSize(rate: Int?) -> Int64 {
+    /// The bytes one paced step sends: 256 KiB, or a twentieth of a second at a lower cap (the
+    /// link's or the connection's, whichever is lower).
+    private static func chunkSize(_ knobs: Knobs) -> Int64 {
         let chunk = Int64(256 * 1024)
-        guard let rate else { return chunk }
+        let rates = [knobs.bandwidthBytesPerSecond, knobs.connectionBandwidthBytesPerSecond].compactMap { $0 }
+        guard let rate = rates.min() else { return chunk }
         return min(chunk, Int64(max(1024, rate / 20)))
+    }
+
+    /// How long to wait before sending `bytes` of a body: the link's cap, shared by all
+    /// connections, and this connection's own.
+    private func bodyDelay(_ bytes: Int) -> TimeAmount {
+        let link = app.state.reserveBandwidth(bytes)
+        guard let rate = app.state.currentKnobs.connectionBandwidthBytesPerSecond, rate > 0 else { return link }
+        let now = NIODeadline.now()
+        let start = max(connectionFreeAt, now)
+        connectionFreeAt = start + .nanoseconds(Int64(Double(bytes) / Double(rate) * 1e9))
+        return max(link, start - now)
     }
 
     /// Sends one paced chunk of a plain-HTTP capped download as a file region, then the next once
@@ -373,7 +389,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: finish(context: context, keepAlive: keepAlive))
             return
         }
-        let size = min(Self.chunkSize(rate: state.currentKnobs.bandwidthBytesPerSecond), file.length - sent)
+        let size = min(Self.chunkSize(state.currentKnobs), file.length - sent)
         let send = {
             let start = Int(file.offset + sent)
             let region = FileRegion(fileHandle: handle, readerIndex: start, endIndex: start + Int(size))
@@ -385,7 +401,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                 self.pumpRegions(context: context, handle: handle, file: file, sent: sent + size, keepAlive: keepAlive)
             }
         }
-        let delay = state.reserveBandwidth(Int(size))
+        let delay = self.bodyDelay(Int(size))
         if delay > .zero { context.eventLoop.assumeIsolated().scheduleTask(in: delay, send) } else { send() }
     }
 
@@ -402,7 +418,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             return
         }
-        let size = Int(min(Self.chunkSize(rate: state.currentKnobs.bandwidthBytesPerSecond), limit - sent))
+        let size = Int(min(Self.chunkSize(state.currentKnobs), limit - sent))
         let offset = file.offset + sent
         let read = app.threadPool.runIfActive(eventLoop: context.eventLoop) { () -> ByteBuffer in
             var buffer = ByteBufferAllocator().buffer(capacity: size)
@@ -428,7 +444,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     self.pump(context: context, file: file, sent: sent + Int64(n), limit: limit, keepAlive: keepAlive)
                 }
             }
-            let delay = state.reserveBandwidth(n)
+            let delay = self.bodyDelay(n)
             if delay > .zero { context.eventLoop.assumeIsolated().scheduleTask(in: delay, send) } else { send() }
         }
     }

@@ -81,6 +81,26 @@ import Testing
         }
     }
 
+    @Test func eachConnectionCanBeCappedOnItsOwn() throws {
+        // A far server: every connection is slow, whatever the link. Set at start and as a knob.
+        let text = (0..<25_000).map { String(format: "%07d,", $0) }.joined()   // 200,000 bytes
+        try withFixture(files: ["t.txt": text], { $0.connectionBandwidthBytesPerSecond = 400_000 }) { f in
+            let clock = ContinuousClock()
+            var start = clock.now
+            let whole = f.download(#"{"path":"/t.txt"}"#)
+            #expect(whole.body == Data(text.utf8))
+            #expect(clock.now - start >= .milliseconds(400))
+            let knobs = f.curl("/__admin/knobs", ["-X", "POST", "--data-binary", #"{"connection_bandwidth":null}"#]).json
+            #expect(knobs["connection_bandwidth"] is NSNull)
+            let set = f.curl("/__admin/knobs", ["-X", "POST", "--data-binary", #"{"connection_bandwidth":200000}"#]).json
+            #expect(set["connection_bandwidth"] as? Int == 200_000)
+            start = clock.now
+            let ranged = f.download(#"{"path":"/t.txt"}"#, headers: ["Range: bytes=0-99999"])
+            #expect(ranged.body == Data(text.utf8)[0..<100_000])
+            #expect(clock.now - start >= .milliseconds(400))
+        }
+    }
+
     @Test func aCappedDownloadSendsTheExactBytesOfTheFileAndOfARange() throws {
         // Capped downloads go out in paced chunks (sendfile per chunk): every chunk must land at
         // its offset, for whole files and ranges alike.
