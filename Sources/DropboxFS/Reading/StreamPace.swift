@@ -11,10 +11,10 @@
 //
 // The measure. The rate is the stream's own: bytes that arrived in its parts (downloaded or read
 // from the block cache), counted as they arrive, over intervals of at least `sampleInterval`
-// while some part of the stream was still being filled. An interval in which the stream waited
-// on its reader (every part already there) says how fast the reader reads, not the link; it is
-// not a sample, and a paused reader leaves the rate as it was. Nor is one in which nothing
-// arrived (waiting for the first byte after a pause).
+// that begin and end with some part of the stream still being filled. An interval that ends with
+// the stream waiting on its reader (every part already there) says how fast the reader reads,
+// not the link; it is not a sample, and a paused reader leaves the rate as it was. Nor is one in
+// which nothing arrived (waiting for the first byte after a pause).
 //
 // The cap. `rate × (round trip + horizon)`, never under `minimum`. On a fast link it lies far above
 // the floor and changes nothing (300 MB/s at 100 ms: 630 MB). A window held at the cap still
@@ -43,10 +43,14 @@ struct StreamPace: Sendable {
         self.rate = rate.flatMap { $0.isFinite && $0 > 0 ? $0 : nil }
     }
 
-    /// Called with the stream's bytes arrived so far (never decreasing) and whether any of its
-    /// parts is still being filled. Returns true when the rate moved.
-    mutating func observe(arrived: UInt64, downloading: Bool, at now: ContinuousClock.Instant) -> Bool {
-        guard downloading else {
+    /// Called at each read with the stream's bytes arrived so far (never decreasing) and whether
+    /// any of its parts is still being filled. Returns true when the rate moved. `downloading`
+    /// asks every part, so it is asked only when an interval starts or ends, not at every read.
+    mutating func observe(arrived: UInt64, downloading: @autoclosure () -> Bool, at now: ContinuousClock.Instant) -> Bool {
+        if let start = intervalStart, arrived >= start.arrived, (now - start.at).seconds < Self.sampleInterval {
+            return false
+        }
+        guard downloading() else {
             intervalStart = nil
             return false
         }
@@ -55,7 +59,6 @@ struct StreamPace: Sendable {
             return false
         }
         let elapsed = (now - start.at).seconds
-        guard elapsed >= Self.sampleInterval else { return false }
         intervalStart = (now, arrived)
         guard arrived > start.arrived else { return false }
         let sample = Double(arrived - start.arrived) / elapsed
