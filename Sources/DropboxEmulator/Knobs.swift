@@ -137,7 +137,12 @@ final class ServerState: Sendable {
         /// Faults `--fail-rate` and `--truncate-rate` injected, so a test can tell they happened.
         var injectedFailures: Int = 0
         var truncatedBodies: Int = 0
+        /// The most download bodies being sent at once: how many Range requests a client keeps in flight.
+        var downloadPeak: Int = 0
     }
+
+    /// Download bodies being sent now (not reset with the stats: they are still going).
+    private let downloadsInFlight = Mutex(0)
 
     init(configuration: EmulatorConfiguration) {
         knobs = Mutex(Knobs(configuration))
@@ -154,7 +159,17 @@ final class ServerState: Sendable {
             if download { s.downloadBytes += n }
         }
     }
-    func resetStats() { stats.withLock { s in s = Stats(connections: 0) } }
+    func resetStats() {
+        let now = downloadsInFlight.withLock { $0 }
+        stats.withLock { s in s = Stats(connections: 0, downloadPeak: now) }
+    }
+
+    func downloadStarted() {
+        let now = downloadsInFlight.withLock { n in n += 1; return n }
+        stats.withLock { $0.downloadPeak = max($0.downloadPeak, now) }
+    }
+
+    func downloadEnded() { downloadsInFlight.withLock { $0 -= 1 } }
 
     var statsJSON: JSON {
         stats.withLock { s in
@@ -166,6 +181,7 @@ final class ServerState: Sendable {
                 ("rate_limited", .int(Int64(s.rateLimited))),
                 ("injected_failures", .int(Int64(s.injectedFailures))),
                 ("truncated_bodies", .int(Int64(s.truncatedBodies))),
+                ("download_peak", .int(Int64(s.downloadPeak))),
             ])
         }
     }

@@ -332,6 +332,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let knobs = app.state.currentKnobs
         let capped = knobs.bandwidthBytesPerSecond != nil || knobs.connectionBandwidthBytesPerSecond != nil
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        let inFlight = DownloadInFlight(app.state)
         if !app.usesTLS, !capped, cut == nil {
             // sendfile(2): the bytes never enter user space.
             let handle = NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: file.fd)
@@ -342,6 +343,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             let done = finish(context: context, keepAlive: keepAlive)
             let state = app.state
             done.futureResult.whenComplete { result in
+                inFlight.end()
                 try? handle.close()
                 if case .success = result { state.countBytes(Int(file.length), download: true) }
             }
@@ -354,10 +356,10 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             // make the emulator, not the link it models, cost the machine's CPU, which the client
             // under test shares on a small machine.
             let handle = NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: file.fd)
-            pumpRegions(context: context, handle: handle, file: file, sent: 0, keepAlive: keepAlive)
+            pumpRegions(context: context, handle: handle, file: file, sent: 0, keepAlive: keepAlive, inFlight: inFlight)
             return
         }
-        pump(context: context, file: file, sent: 0, limit: cut ?? file.length, keepAlive: keepAlive)
+        pump(context: context, file: file, sent: 0, limit: cut ?? file.length, keepAlive: keepAlive, inFlight: inFlight)
     }
 
     /// The bytes one paced step sends: 256 KiB, or a twentieth of a second at a lower cap (the
@@ -382,9 +384,11 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     /// Sends one paced chunk of a plain-HTTP capped download as a file region, then the next once
     /// it is written.
-    private func pumpRegions(context: ChannelHandlerContext, handle: NIOFileHandle, file: FileBody, sent: Int64, keepAlive: Bool) {
+    private func pumpRegions(context: ChannelHandlerContext, handle: NIOFileHandle, file: FileBody, sent: Int64, keepAlive: Bool,
+                             inFlight: DownloadInFlight) {
         let state = app.state
         if sent >= file.length {
+            inFlight.end()
             try? handle.close()
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: finish(context: context, keepAlive: keepAlive))
             return
@@ -398,7 +402,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             written.futureResult.assumeIsolated().whenComplete { result in
                 guard case .success = result else { try? handle.close(); return }
                 state.countBytes(Int(size), download: true)
-                self.pumpRegions(context: context, handle: handle, file: file, sent: sent + size, keepAlive: keepAlive)
+                self.pumpRegions(context: context, handle: handle, file: file, sent: sent + size, keepAlive: keepAlive, inFlight: inFlight)
             }
         }
         let delay = self.bodyDelay(Int(size))
@@ -406,9 +410,11 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// Streams one chunk, then the next once the previous one is written.
-    private func pump(context: ChannelHandlerContext, file: FileBody, sent: Int64, limit: Int64, keepAlive: Bool) {
+    private func pump(context: ChannelHandlerContext, file: FileBody, sent: Int64, limit: Int64, keepAlive: Bool,
+                      inFlight: DownloadInFlight) {
         let state = app.state
         if sent >= limit {
+            inFlight.end()
             close(file.fd)
             if limit < file.length {
                 // Injected truncation: the client sees a short body and a closed connection.
@@ -441,11 +447,29 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                 written.futureResult.assumeIsolated().whenComplete { result in
                     guard case .success = result else { close(file.fd); return }
                     state.countBytes(n, download: true)
-                    self.pump(context: context, file: file, sent: sent + Int64(n), limit: limit, keepAlive: keepAlive)
+                    self.pump(context: context, file: file, sent: sent + Int64(n), limit: limit, keepAlive: keepAlive, inFlight: inFlight)
                 }
             }
             let delay = self.bodyDelay(n)
             if delay > .zero { context.eventLoop.assumeIsolated().scheduleTask(in: delay, send) } else { send() }
         }
     }
+}
+
+/// One download body being sent, counted in the emulator's `download_peak`. It ends when its last
+/// byte is written or, if the connection failed first, when the last step holding it is gone.
+final class DownloadInFlight: Sendable {
+    private let state: ServerState
+    private let ended = Atomic(false)
+
+    init(_ state: ServerState) {
+        self.state = state
+        state.downloadStarted()
+    }
+
+    func end() {
+        if !ended.exchange(true, ordering: .relaxed) { state.downloadEnded() }
+    }
+
+    deinit { end() }
 }

@@ -101,6 +101,26 @@ import Testing
         }
     }
 
+    @Test func statsCountTheMostDownloadsInFlightAtOnce() throws {
+        // How many Range requests a client keeps going at once, for tests of its read-ahead.
+        let text = (0..<25_000).map { String(format: "%07d,", $0) }.joined()   // 200,000 bytes
+        try withFixture(files: ["t.txt": text], { $0.connectionBandwidthBytesPerSecond = 400_000 }) { f in
+            _ = f.download(#"{"path":"/t.txt"}"#)
+            _ = f.download(#"{"path":"/t.txt"}"#)
+            #expect(f.curl("/__stats").json["download_peak"] as? Int == 1, "one after the other")
+            let done = DispatchGroup()
+            for _ in 0..<3 {
+                done.enter()
+                Thread { _ = f.download(#"{"path":"/t.txt"}"#); done.leave() }.start()
+            }
+            done.wait()
+            #expect(f.curl("/__stats").json["download_bytes"] as? Int == 5 * 200_000)
+            #expect(f.curl("/__stats").json["download_peak"] as? Int == 3, "three at once, each half a second")
+            _ = f.curl("/__stats/reset", ["-X", "POST"])
+            #expect(f.curl("/__stats").json["download_peak"] as? Int == 0, "none in flight at the reset")
+        }
+    }
+
     @Test func aCappedDownloadSendsTheExactBytesOfTheFileAndOfARange() throws {
         // Capped downloads go out in paced chunks (sendfile per chunk): every chunk must land at
         // its offset, for whole files and ranges alike.
