@@ -1,6 +1,7 @@
 """issue 6: the read engine through a real mount: what is read equals what is served, under
 faults and with parallel readers; tail and random reads download little; the block cache serves a
 second read without a download call."""
+import contextlib
 import hashlib
 import json
 import mmap
@@ -153,32 +154,60 @@ def test_a_tail_read_downloads_at_most_4_mib(files, reads_emulator, mount):
     assert downloaded <= 4 * MiB, f"tail -c 1M downloaded {downloaded} bytes"
 
 
+@contextlib.contextmanager
+def mounted_through(files, tmp_path, *emulator_args):
+    """A fresh emulator of `files` with these flags, and a fresh mount of it; both go at the end."""
+    emulator = Emulator(files, *emulator_args)
+    m = None
+    try:
+        m = Mount(emulator, tmp_path / "mnt")
+        yield emulator, m.mountpoint
+    finally:
+        if m:
+            m.unmount()
+        emulator.stop()
+
+
+def read_mib_by_mib(f, size: int) -> bytes:
+    """The first `size` bytes of an unbuffered file, read as a streaming reader (dd bs=1M) does."""
+    got = bytearray()
+    while len(got) < size:
+        chunk = f.read(min(MiB, size - len(got)))
+        assert chunk, f"end of file at {len(got)} bytes, before {size}"
+        got += chunk
+    return bytes(got)
+
+
 def test_on_a_slow_link_a_stream_keeps_seconds_not_its_whole_window_ahead_of_its_reader(files, tmp_path):
     """At 8 MB/s the window's 64 MiB floor is 8 s of the link, and its parts share the link: the
     part the reader waits for arrived at a fraction of the link's rate while the rest of the
     window took the remainder (15 MiB read in the first 11 s at 6 MB/s). A stream keeps about two
     seconds of what arrives ahead of its reader: what the emulator has sent when the reader has
     16 MiB is that, not a window."""
-    emulator = Emulator(files, "--bandwidth", "8000000")
-    m = None
-    try:
-        m = Mount(emulator, tmp_path / "mnt")
+    with mounted_through(files, tmp_path, "--bandwidth", "8000000") as (emulator, mnt):
         expected = (files / "big.bin").read_bytes()[:16 * MiB]
-        got = bytearray()
-        with open(m.mountpoint / "big.bin", "rb", buffering=0) as f:
-            while len(got) < len(expected):
-                chunk = f.read(min(MiB, len(expected) - len(got)))
-                assert chunk, "end of file before 16 MiB"
-                got += chunk
+        with open(mnt / "big.bin", "rb", buffering=0) as f:
+            got = read_mib_by_mib(f, len(expected))
             ahead = stats(emulator)["download_bytes"] - len(got)
         assert got == expected
         # Two seconds of 8 MB/s is 16 MB; the window's first parts (1 + 2 + 4 + 8 MiB) go out
         # before anything is measured. Without the pace it was about 48 MiB.
         assert ahead <= 32 * MiB, f"{ahead >> 20} MiB downloaded ahead of a reader at 16 MiB"
-    finally:
-        if m:
-            m.unmount()
-        emulator.stop()
+
+
+def test_when_each_connection_is_slow_a_stream_keeps_the_parts_that_bring_more(files, tmp_path):
+    """A far server gives each connection 3 MB/s and the link no limit: an 8 MiB part spends
+    2.8 s in flight, longer than the two seconds of its rate the pace keeps ahead, and only more
+    parts at once bring more. Capped at its rate alone the stream grew by about a part per part
+    (six at most in 48 MiB); it grows while more in flight brings more, then keeps what it found."""
+    with mounted_through(files, tmp_path, "--connection-bandwidth", "3000000", "--latency-ms", "100") as (emulator, mnt):
+        expected = (files / "big.bin").read_bytes()[:64 * MiB]
+        with open(mnt / "big.bin", "rb", buffering=0) as f:
+            got = read_mib_by_mib(f, len(expected))
+        assert got == expected
+        peak = stats(emulator)["download_peak"]
+        # The window's floor at this round trip is 128 MiB: sixteen 8 MiB parts.
+        assert peak >= 10, f"at most {peak} downloads in flight at once"
 
 
 def test_random_4k_reads_download_at_most_4_times_what_they_read(files, reads_emulator, mount):

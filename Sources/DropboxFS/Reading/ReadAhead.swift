@@ -12,7 +12,8 @@
 // The link's window and part size come from what the downloads measured, round trip and rate
 // (`LinkEstimate`): a longer round trip needs more bytes in flight for the same throughput. On a
 // slow link a stream keeps no more than a couple of seconds of what reaches it in flight
-// (`StreamPace`): more would only share the link with the part its reader waits for.
+// (`StreamPace`): more would only share the link with the part its reader waits for. It keeps
+// more only where more brought more (slow connections to a far server, not a slow link).
 // A read far from the stream drops it (cancelling what is in flight) and is fetched on its own,
 // rounded only to whole pages: the kernel already rounds buffered reads up and reads ahead by itself when it sees order,
 // so rounding further would only multiply bytes for random readers (4 KiB reads rounded to
@@ -151,9 +152,9 @@ final class ReadEngine: Sendable {
 
     var linkEstimate: LinkEstimate { link.withLock { $0 } }
 
-    /// The rate the last stream measured, bytes per second: where a new stream's pace starts, so
-    /// that a second file on a slow link is not first requested as if the link were fast.
-    private let recentStreamRate = Mutex<Double?>(nil)
+    /// The pace the last stream measured: where a new stream's starts, so that a second file on a
+    /// slow link is not first requested as if the link were fast.
+    private let recentPace = Mutex<StreamPace?>(nil)
 
     /// Reads fetched on their own (outside read-ahead) and their bytes, for the stats line.
     private let directReads = Mutex((reads: 0, bytes: UInt64(0)))
@@ -174,7 +175,7 @@ final class ReadEngine: Sendable {
     }
 
     func open(_ file: ReadFile, isCurrent: @escaping @Sendable () -> Bool) -> ReadStream {
-        ReadStream(file: file, pace: StreamPace(rate: recentStreamRate.withLock { $0 }), isCurrent: isCurrent)
+        ReadStream(file: file, pace: recentPace.withLock { $0?.continuing() } ?? StreamPace(), isCurrent: isCurrent)
     }
 
     /// The handle is gone: its read-ahead is cancelled and its memory returns to the budget.
@@ -266,9 +267,11 @@ final class ReadEngine: Sendable {
     /// Decides, under the stream's lock, what this read uses and what to fetch.
     private func plan(_ s: inout StreamState, file: ReadFile, offset: UInt64, end: UInt64, arrived: UInt64) -> Plan {
         guard !s.closed else { return Plan() }
-        if s.pace.observe(arrived: arrived, downloading: s.parts.contains { !$0.isFinished }, at: .now) {
-            let rate = s.pace.rate
-            recentStreamRate.withLock { $0 = rate }
+        let link = self.link.withLock { $0 }
+        if s.pace.observe(arrived: arrived, downloading: s.parts.contains { !$0.isFinished },
+                          receiving: s.parts.count { $0.filledCount > 0 && !$0.isFinished }, roundTrip: link.latency, at: .now) {
+            let pace = s.pace
+            recentPace.withLock { $0 = pace }
         }
         // A reader whose reads are as large as the window and come one at a time reads each part
         // whole before asking for the next: that empties the stream, and must not restart it.
@@ -281,10 +284,15 @@ final class ReadEngine: Sendable {
                 return Plan()   // a late read just behind the stream: fetch it alone, keep the stream
             }
         }
-        let link = self.link.withLock { $0 }
         let partCeiling = link.partSize(options, budget: budget.capacity)
-        let paceCap = s.pace.windowCap(roundTrip: link.latency, minimum: max(options.basePartSize, options.initialWindow))
-        let windowCeiling = min(link.window(options, budget: budget.capacity), paceCap ?? .max)
+        // Before the stream's first sample nothing says how fast the link is, and the kernel's own
+        // read-ahead may send a dozen reads at once, each doubling the window: they would put the
+        // whole floor on the link before the reader's first part arrived (measured through 30 MB/s
+        // at 100 ms: 18 parts at once, the reader's first 10 MiB took 1.2 s). The first parts'
+        // ramp (1 + 2 + 4 + 8 MiB) fits; the first sample comes a tenth of a second later.
+        let paceMinimum = max(options.basePartSize, options.initialWindow)
+        let paceCap = s.pace.windowCap(roundTrip: link.latency, minimum: paceMinimum) ?? 2 * paceMinimum
+        let windowCeiling = min(link.window(options, budget: budget.capacity), paceCap)
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
         if !inStream {
             s.lastReadEnd = end
