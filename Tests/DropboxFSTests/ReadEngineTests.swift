@@ -130,7 +130,8 @@ struct ReadEngineTests {
         var heldOnceSettled: UInt64 = 0
         while read.count < content.count {
             read += try fs.read(handle, offset: UInt64(read.count), size: 1 << 20)
-            // From 2 s on: the stream grew for a round or two, found the link gave no more, and settled.
+            // From 2 s on: the stream grew for a round, saw each part get less (the parts share
+            // the link), and settled.
             if read.count >= 32 << 20 { heldOnceSettled = max(heldOnceSettled, fs.readAheadUsage.reserved) }
         }
         #expect(read == content)
