@@ -288,10 +288,12 @@ final class ReadEngine: Sendable {
         // Before the stream's first sample nothing says how fast the link is, and the kernel's own
         // read-ahead may send a dozen reads at once, each doubling the window: they would put the
         // whole floor on the link before the reader's first part arrived (measured through 30 MB/s
-        // at 100 ms: 18 parts at once, the reader's first 10 MiB took 1.2 s). The first parts'
-        // ramp (1 + 2 + 4 + 8 MiB) fits; the first sample comes a tenth of a second later.
+        // at 100 ms: 18 parts at once, the reader's first 10 MiB took 1.2 s). Until then the window
+        // grows with what arrives, as TCP's startup does: the first parts' ramp (1 + 2 + 4 + 8 MiB)
+        // and twice the bytes arrived, so a fast link reaches its floor within milliseconds.
         let paceMinimum = max(options.basePartSize, options.initialWindow)
-        let paceCap = s.pace.windowCap(roundTrip: link.latency, minimum: paceMinimum) ?? 2 * paceMinimum
+        let paceCap = s.pace.windowCap(roundTrip: link.latency, minimum: paceMinimum)
+            ?? 2 * paceMinimum + 2 * min(arrived, UInt64.max >> 4)
         let windowCeiling = min(link.window(options, budget: budget.capacity), paceCap)
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
         if !inStream {
