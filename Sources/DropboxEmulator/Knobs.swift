@@ -137,12 +137,11 @@ final class ServerState: Sendable {
         /// Faults `--fail-rate` and `--truncate-rate` injected, so a test can tell they happened.
         var injectedFailures: Int = 0
         var truncatedBodies: Int = 0
-        /// The most download bodies being sent at once: how many Range requests a client keeps in flight.
+        /// Download bodies being sent now, and the most at once: how many Range requests a client
+        /// keeps in flight.
+        var downloadsInFlight: Int = 0
         var downloadPeak: Int = 0
     }
-
-    /// Download bodies being sent now (not reset with the stats: they are still going).
-    private let downloadsInFlight = Mutex(0)
 
     init(configuration: EmulatorConfiguration) {
         knobs = Mutex(Knobs(configuration))
@@ -159,17 +158,19 @@ final class ServerState: Sendable {
             if download { s.downloadBytes += n }
         }
     }
+    /// Bodies still being sent stay counted: they are still going.
     func resetStats() {
-        let now = downloadsInFlight.withLock { $0 }
-        stats.withLock { s in s = Stats(connections: 0, downloadPeak: now) }
+        stats.withLock { s in s = Stats(connections: 0, downloadsInFlight: s.downloadsInFlight, downloadPeak: s.downloadsInFlight) }
     }
 
     func downloadStarted() {
-        let now = downloadsInFlight.withLock { n in n += 1; return n }
-        stats.withLock { $0.downloadPeak = max($0.downloadPeak, now) }
+        stats.withLock { s in
+            s.downloadsInFlight += 1
+            s.downloadPeak = max(s.downloadPeak, s.downloadsInFlight)
+        }
     }
 
-    func downloadEnded() { downloadsInFlight.withLock { $0 -= 1 } }
+    func downloadEnded() { stats.withLock { $0.downloadsInFlight -= 1 } }
 
     var statsJSON: JSON {
         stats.withLock { s in

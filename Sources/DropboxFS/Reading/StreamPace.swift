@@ -70,6 +70,9 @@ struct StreamPace: Sendable {
     static let sharedDrop = 0.8
     /// A round whose rate came within this fraction of the best reached it.
     static let nearBest = 0.8
+    /// Rounds of a growth remembered: a rate that keeps rising and falling by a quarter (a reader
+    /// with pauses) may keep a stream growing for as long as it reads.
+    static let roundsKept = 16
 
     enum Phase: Sendable, Equatable {
         case growing, probing, settled
@@ -176,6 +179,7 @@ struct StreamPace: Sendable {
             // The cap follows the rate within a round too: the most it allowed is what the round's
             // rate came from.
             grown.append((max(current.cap, allowed(roundTrip: roundTrip) ?? 0), rate))
+            if grown.count > Self.roundsKept { grown.removeFirst() }
             if shared {
                 // The parts share one link: the stream's rate is all there is, and its seconds are
                 // what the stream keeps.
