@@ -146,6 +146,61 @@ struct ReadEngineTests {
         fs.release(handle)
     }
 
+    @Test func whileItsReaderWaitsOnTheFrontPartAStreamKeepsAskingForMoreAsBytesArrive() throws {
+        // The part holding byte 24 MiB stops after its first MiB, as a part sharing a link with
+        // the ones behind it falls behind them. Its reader cannot read past it, so no read
+        // schedules anything; parts behind it still arrive, and their fetchers ask for the next
+        // ones (a refill), up to twice the window. Scheduling only at reads, the stream held at
+        // most its 64 MiB window while the link went idle.
+        let content = Self.content(160 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        // A link the window can be sized from: 200 MB/s, 50 ms to a first byte (unbounded, the
+        // fake's own speed makes the window as wide as the budget). A refill keeps two round
+        // trips of it in flight, 20 MB: more than the 7 MiB the held part still owes.
+        dropbox.setDownloadBandwidth(200e6)
+        dropbox.setDownloadLatency(0.05)
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let stall = UInt64(24 * Self.MiB)
+        dropbox.setChunkGate { range, sent in
+            if range.contains(stall), sent == Self.MiB {
+                held.signal()
+                release.wait()
+            }
+        }
+        // A narrower floor than the default, so that twice the window fits the file ahead of the
+        // held part even when a loaded machine stretches the measured round trip.
+        var options = ReadAheadOptions()
+        options.maxWindow = 32 << 20
+        let fs = makeFS(options)
+        let window = { fs.reader.linkEstimate.window(options, budget: fs.reader.budget.capacity) }
+        let handle = try open(fs, "big.bin")
+        let progress = Atomic<Int>(0)
+        let result = Mutex<[UInt8]?>(nil)
+        let reader = Thread { [self] in
+            var read: [UInt8] = []
+            while read.count < content.count {
+                guard let bytes = try? fs.read(handle, offset: UInt64(read.count), size: Self.MiB), !bytes.isEmpty else { break }
+                read += bytes
+                progress.store(read.count, ordering: .relaxed)
+            }
+            result.withLock { $0 = read }
+        }
+        reader.start()
+        #expect(held.wait(timeout: .now() + 10) == .success, "the part holding 24 MiB was asked for")
+        #expect(eventually { progress.load(ordering: .relaxed) >= Int(stall) - Self.MiB }, "the reader reached it")
+        // Reads alone hold at most the window (and the part a read waits for).
+        #expect(eventually { fs.readAheadUsage.reserved > window() + UInt64(16 * Self.MiB) },
+                "read-ahead held while the reader waits: \(fs.readAheadUsage.reserved >> 20) MiB, window \(window() >> 20) MiB")
+        #expect(progress.load(ordering: .relaxed) < Int(stall) + Self.MiB, "the reader still waits at the held part")
+        release.signal()
+        #expect(eventually(within: 20) { result.withLock { $0 } != nil })
+        #expect(result.withLock { $0 } == content)
+        #expect(dropbox.downloadedBytes == UInt64(content.count), "every byte downloaded once")
+        #expect(fs.readAheadUsage.peak <= 2 * window() + UInt64(16 * Self.MiB), "at most twice the window, and the parts a read waits for")
+        fs.release(handle)
+    }
+
     @Test func concurrentOutOfOrderReadsOfOneHandleStayInTheStream() throws {
         let content = Self.content(24 * Self.MiB)
         dropbox.addFile("/big.bin", content)

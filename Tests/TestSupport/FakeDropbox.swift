@@ -84,6 +84,14 @@ public final class FakeDropbox: DropboxAPI {
         pathGate.withLock { $0 = gate }
     }
 
+    private let chunkGate = Mutex<(@Sendable (_ range: Range<UInt64>, _ sent: Int) -> Void)?>(nil)
+
+    /// Called before each chunk a streamed download sends, with the download's range and the
+    /// bytes it sent so far: lets a test hold one download in the middle of its body.
+    public func setChunkGate(_ gate: (@Sendable (_ range: Range<UInt64>, _ sent: Int) -> Void)?) {
+        chunkGate.withLock { $0 = gate }
+    }
+
     /// Replaces the gates (see `init`); a gate may change this Dropbox.
     public func setGates(listing: (@Sendable () -> Void)?, recursive: (@Sendable () -> Void)?) {
         gates.withLock { $0 = (listing, recursive) }
@@ -314,8 +322,10 @@ public final class FakeDropbox: DropboxAPI {
         let cut = contents.withLock { $0.cuts.isEmpty ? nil : $0.cuts.removeFirst() }
         let limit = min(bytes.count, cut ?? .max)
         var sent = 0
+        let gate = chunkGate.withLock { $0 }
         while sent < limit {
             let chunk = min(64 << 10, limit - sent)
+            gate?(range, sent)
             sendOverLink(chunk)
             let more = bytes.withUnsafeBytes { consumer(UnsafeRawBufferPointer(rebasing: $0[sent..<(sent + chunk)])) }
             sent += chunk

@@ -61,6 +61,16 @@ final class Part: @unchecked Sendable {
 
     var isCancelled: Bool { condition.withLock { status == .cancelled } }
 
+    /// Bytes still to come while the part is being fetched (or waits to be); none once it ended.
+    var bytesToArrive: UInt64 {
+        condition.withLock {
+            switch status {
+            case .queued, .running: UInt64(length - filled)
+            case .done, .cancelled, .failed: 0
+            }
+        }
+    }
+
     var isFinished: Bool {
         condition.withLock {
             switch status {

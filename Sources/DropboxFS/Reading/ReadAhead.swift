@@ -14,6 +14,9 @@
 // slow link a stream keeps no more than a couple of seconds of what reaches it in flight
 // (`StreamPace`): more would only share the link with the part its reader waits for. It keeps
 // more only where more brought more (slow connections to a far server, not a slow link).
+// Between reads the fetchers top a stream up as its bytes arrive (`refill`): a reader waiting on
+// the front part cannot read, and parts asked for only at reads arrived in batches with the link
+// idle between them.
 // A read far from the stream drops it (cancelling what is in flight) and is fetched on its own,
 // rounded only to whole pages: the kernel already rounds buffered reads up and reads ahead by itself when it sees order,
 // so rounding further would only multiply bytes for random readers (4 KiB reads rounded to
@@ -94,6 +97,9 @@ final class ReadStream: Sendable {
     let state: Mutex<StreamState>
     /// Bytes that arrived in the stream's parts, downloaded or from the block cache (`StreamPace`).
     let arrived = Atomic<UInt64>(0)
+    /// The count of `arrived` at which the stream's fetchers should top its bytes in flight up
+    /// again (`ReadEngine.refill`); never while it is `.max`.
+    let refillAt = Atomic<UInt64>(.max)
 
     init(file: ReadFile, pace: StreamPace = StreamPace(), isCurrent: @escaping @Sendable () -> Bool) {
         self.file = file
@@ -101,8 +107,11 @@ final class ReadStream: Sendable {
         state = Mutex(StreamState(pace: pace))
     }
 
-    func countArrived(_ bytes: Int) {
-        if bytes > 0 { arrived.add(UInt64(bytes), ordering: .relaxed) }
+    /// Counts bytes that arrived; true when the stream is due a refill.
+    func countArrived(_ bytes: Int) -> Bool {
+        guard bytes > 0 else { return false }
+        let total = arrived.add(UInt64(bytes), ordering: .relaxed).newValue
+        return total >= refillAt.load(ordering: .relaxed)
     }
 }
 
@@ -204,10 +213,14 @@ final class ReadEngine: Sendable {
     }
 
     /// At unmount: queued read-ahead is forgotten, parts being fetched finish (and reach the block
-    /// cache), for at most a few seconds.
+    /// cache), for at most a few seconds, and schedule no more.
     func shutdown() {
+        stopping.store(true, ordering: .relaxed)
         workers.drain(timeout: 5)
     }
+
+    /// Set at unmount: fetchers no longer refill their streams.
+    private let stopping = Atomic<Bool>(false)
 
     // MARK: - Reading
 
@@ -223,13 +236,9 @@ final class ReadEngine: Sendable {
         let end = min(file.size, offset + UInt64(size))
         // Read under the stream's lock, so that the counts its pace sees never go back.
         let plan = stream.state.withLock {
-            self.plan(&$0, file: file, offset: offset, end: end, arrived: stream.arrived.load(ordering: .relaxed))
+            self.plan(&$0, stream: stream, offset: offset, end: end, arrived: stream.arrived.load(ordering: .relaxed))
         }
-        for (part, urgent) in plan.scheduled {
-            workers.submit(urgent: urgent) { [self] in
-                if part.claim() { fetch(part, of: stream) }
-            }
-        }
+        for (part, urgent) in plan.scheduled { submit(part, of: stream, urgent: urgent) }
         var pieces: [(part: Part, offsets: Range<Int>)] = []
         var cursor = offset
         for part in plan.needed where cursor < end {
@@ -265,14 +274,11 @@ final class ReadEngine: Sendable {
     }
 
     /// Decides, under the stream's lock, what this read uses and what to fetch.
-    private func plan(_ s: inout StreamState, file: ReadFile, offset: UInt64, end: UInt64, arrived: UInt64) -> Plan {
+    private func plan(_ s: inout StreamState, stream: ReadStream, offset: UInt64, end: UInt64, arrived: UInt64) -> Plan {
+        let file = stream.file
         guard !s.closed else { return Plan() }
         let link = self.link.withLock { $0 }
-        if s.pace.observe(arrived: arrived, downloading: s.parts.contains { !$0.isFinished },
-                          receiving: s.parts.count { $0.filledCount > 0 && !$0.isFinished }, roundTrip: link.latency, at: .now) {
-            let pace = s.pace
-            recentPace.withLock { $0 = pace }
-        }
+        observePace(&s, arrived: arrived, link: link)
         // A reader whose reads are as large as the window and come one at a time reads each part
         // whole before asking for the next: that empties the stream, and must not restart it.
         var inStream = s.parts.isEmpty && s.drainedAt == offset
@@ -285,16 +291,7 @@ final class ReadEngine: Sendable {
             }
         }
         let partCeiling = link.partSize(options, budget: budget.capacity)
-        // Before the stream's first sample nothing says how fast the link is, and the kernel's own
-        // read-ahead may send a dozen reads at once, each doubling the window: they would put the
-        // whole floor on the link before the reader's first part arrived (measured through 30 MB/s
-        // at 100 ms: 18 parts at once, the reader's first 10 MiB took 1.2 s). Until then the window
-        // grows with what arrives, as TCP's startup does: the first parts' ramp (1 + 2 + 4 + 8 MiB)
-        // and twice the bytes arrived, so a fast link reaches its floor within milliseconds.
-        let paceMinimum = max(options.basePartSize, options.initialWindow)
-        let paceCap = s.pace.windowCap(roundTrip: link.latency, minimum: paceMinimum)
-            ?? 2 * paceMinimum + 2 * min(arrived, UInt64.max >> 4)
-        let windowCeiling = min(link.window(options, budget: budget.capacity), paceCap)
+        let windowCeiling = self.windowCeiling(s, link: link, arrived: arrived)
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
         if !inStream {
             s.lastReadEnd = end
@@ -333,28 +330,130 @@ final class ReadEngine: Sendable {
         let limit = min(windowCeiling, max(options.initialWindow, budget.share))
         s.window = min(s.window, limit)
         var plan = Plan()
-        var held = s.parts.reduce(UInt64(0)) { $0 + UInt64(ReadBudget.bufferSize(for: $1.length)) }
-        var next = s.parts.last?.range.upperBound ?? offset
         // The window counts from the read's start: a first small read (a TTFB probe, `file`,
         // a thumbnailer) costs one 1 MiB request, not two.
         let target = min(file.size, max(end, offset + s.window))
-        while next < target {
-            let size = min(s.nextPartSize, limit, file.size - next)
-            let neededNow = next < end
-            let cost = UInt64(ReadBudget.bufferSize(for: Int(size)))
-            if !neededNow && held + cost > limit { break }
-            guard let buffer = budget.reserveBuffer(Int(cost)) else { break }
-            let part = Part(range: next..<(next + size), buffer: buffer, budget: budget)
-            s.parts.append(part)
-            plan.scheduled.append((part, neededNow))
-            held += cost
-            next += size
-            s.nextPartSize = min(s.nextPartSize * 2, partCeiling)
-        }
+        plan.scheduled = extend(&s, file: file, until: target, neededBefore: end, start: offset,
+                                heldLimit: limit, partCeiling: partCeiling)
+        armRefill(s, stream: stream, arrived: arrived, target: refillTarget(s, link: link, window: s.window))
         count(&s)
         plan.needed = s.parts.filter { $0.range.upperBound > offset && $0.range.lowerBound < end }
         return plan
     }
+
+    /// Appends parts to the stream from where it ends (or `start`) up to `target`, each holding
+    /// its buffer from the budget, while the stream holds at most `heldLimit` (parts before
+    /// `neededBefore`, which a read waits for, go regardless) and, given `inFlightLimit`, while
+    /// fewer bytes than that are still to arrive. Returns the new parts, to be submitted.
+    private func extend(_ s: inout StreamState, file: ReadFile, until target: UInt64, neededBefore end: UInt64,
+                        start: UInt64, heldLimit: UInt64, inFlightLimit: UInt64? = nil,
+                        partCeiling: UInt64) -> [(part: Part, urgent: Bool)] {
+        var scheduled: [(part: Part, urgent: Bool)] = []
+        var held = s.parts.reduce(UInt64(0)) { $0 + UInt64(ReadBudget.bufferSize(for: $1.length)) }
+        var inFlight = inFlightLimit == nil ? 0 : s.parts.reduce(UInt64(0)) { $0 + $1.bytesToArrive }
+        var next = s.parts.last?.range.upperBound ?? start
+        while next < target {
+            let size = min(s.nextPartSize, heldLimit, file.size - next)
+            let neededNow = next < end
+            let cost = UInt64(ReadBudget.bufferSize(for: Int(size)))
+            if !neededNow && held + cost > heldLimit { break }
+            if let inFlightLimit, inFlight >= inFlightLimit { break }
+            guard let buffer = budget.reserveBuffer(Int(cost)) else { break }
+            let part = Part(range: next..<(next + size), buffer: buffer, budget: budget)
+            s.parts.append(part)
+            scheduled.append((part, neededNow))
+            held += cost
+            inFlight += size
+            next += size
+            s.nextPartSize = min(s.nextPartSize * 2, partCeiling)
+        }
+        return scheduled
+    }
+
+    /// Samples the stream's pace (`StreamPace`), and keeps what it measured for the next stream.
+    private func observePace(_ s: inout StreamState, arrived: UInt64, link: LinkEstimate) {
+        if s.pace.observe(arrived: arrived, downloading: s.parts.contains { !$0.isFinished },
+                          receiving: s.parts.count { $0.filledCount > 0 && !$0.isFinished }, roundTrip: link.latency, at: .now) {
+            let pace = s.pace
+            recentPace.withLock { $0 = pace }
+        }
+    }
+
+    /// The most the stream may read ahead now: the link's window, capped by the stream's pace.
+    private func windowCeiling(_ s: StreamState, link: LinkEstimate, arrived: UInt64) -> UInt64 {
+        // Before the stream's first sample nothing says how fast the link is, and the kernel's own
+        // read-ahead may send a dozen reads at once, each doubling the window: they would put the
+        // whole floor on the link before the reader's first part arrived (measured through 30 MB/s
+        // at 100 ms: 18 parts at once, the reader's first 10 MiB took 1.2 s). Until then the window
+        // grows with what arrives, as TCP's startup does: the first parts' ramp (1 + 2 + 4 + 8 MiB)
+        // and twice the bytes arrived, so a fast link reaches its floor within milliseconds.
+        let paceMinimum = max(options.basePartSize, options.initialWindow)
+        let paceCap = s.pace.windowCap(roundTrip: link.latency, minimum: paceMinimum)
+            ?? 2 * paceMinimum + 2 * min(arrived, UInt64.max >> 4)
+        return min(link.window(options, budget: budget.capacity), paceCap)
+    }
+
+    private func submit(_ part: Part, of stream: ReadStream, urgent: Bool) {
+        workers.submit(urgent: urgent) { [self] in
+            if part.claim() { fetch(part, of: stream) }
+        }
+    }
+
+    /// Keeps a stream that waits on the link fed between its reader's reads. The window counts
+    /// from the reader, and a reader waiting for the front part cannot read, so scheduling only
+    /// at reads put parts on the link in batches: all of a batch got the same share of a shared
+    /// link and finished together, and the next batch was asked for only when the reader got its
+    /// bytes, a round trip before any of it arrived (traced through a 300 MB/s cap at 50 ms: the
+    /// link idle 60-80 ms of every 300). So the fetchers themselves ask for the next part each
+    /// time a part's worth has arrived (`refillAt`), keeping the window's bytes in flight: parts
+    /// start one by one and finish one by one, as bytes arrive. Only while the front part is still
+    /// arriving (a reader slower than the link leaves it complete, and is served by its reads),
+    /// and holding at most twice the window.
+    private func refill(_ stream: ReadStream) {
+        let file = stream.file
+        let scheduled = stream.state.withLock { s -> [(part: Part, urgent: Bool)] in
+            let arrived = stream.arrived.load(ordering: .relaxed)
+            guard !s.closed, !stopping.load(ordering: .relaxed), let front = s.parts.first, !front.isFinished,
+                  let reader = s.lastReadEnd else {
+                stream.refillAt.store(.max, ordering: .relaxed)   // the next read arms it again
+                return []
+            }
+            let link = self.link.withLock { $0 }
+            observePace(&s, arrived: arrived, link: link)
+            let window = min(s.window, windowCeiling(s, link: link, arrived: arrived))
+            let heldLimit = min(2 * window, max(options.initialWindow, budget.share))
+            let target = refillTarget(s, link: link, window: window)
+            let parts = extend(&s, file: file, until: file.size, neededBefore: 0, start: reader,
+                               heldLimit: heldLimit, inFlightLimit: target,
+                               partCeiling: link.partSize(options, budget: budget.capacity))
+            armRefill(s, stream: stream, arrived: arrived, target: target)
+            count(&s)
+            return parts
+        }
+        for (part, urgent) in scheduled { submit(part, of: stream, urgent: urgent) }
+    }
+
+    /// The bytes a refill keeps in flight: what arrives in two round trips plus a part, enough
+    /// to keep the link busy while the next part waits for its first byte, and no more: every
+    /// part in flight shares the link with the one the reader waits for. Within the window.
+    private func refillTarget(_ s: StreamState, link: LinkEstimate, window: UInt64) -> UInt64 {
+        guard let rate = s.pace.rate, let latency = link.latency else { return window }
+        let roundTrips = rate * 2 * latency
+        guard roundTrips.isFinite, roundTrips < Double(window) else { return window }
+        return min(window, UInt64(roundTrips) + s.nextPartSize)
+    }
+
+    /// Sets when the stream's fetchers top it up next: once its bytes in flight have fallen a
+    /// part below `target` (at least 1 MiB on, so that a stream that cannot grow, its budget
+    /// full, asks rarely).
+    private func armRefill(_ s: StreamState, stream: ReadStream, arrived: UInt64, target: UInt64) {
+        let inFlight = s.parts.reduce(UInt64(0)) { $0 + $1.bytesToArrive }
+        let wait = max(inFlight + s.nextPartSize, target + Self.refillStep) - target
+        stream.refillAt.store(arrived + wait, ordering: .relaxed)
+    }
+
+    /// The fewest bytes between two refills of a stream.
+    static let refillStep: UInt64 = 1 << 20
 
     /// Counts what was served; parts at the front that have been read whole leave the stream.
     private func settle(_ stream: ReadStream, served pieces: [(part: Part, offsets: Range<Int>)]) {
@@ -384,7 +483,7 @@ final class ReadEngine: Sendable {
             if part.isCancelled { return }
             guard stream.isCurrent() else { return part.fail(.changedSinceOpen) }
             if let cache, cache.fill(part, file: file) {
-                stream.countArrived(part.filledCount - done)
+                if stream.countArrived(part.filledCount - done) { refill(stream) }
                 continue
             }
             if linkDown() { return part.fail(.upstream(Reachability.offline)) }
@@ -395,7 +494,7 @@ final class ReadEngine: Sendable {
                 let got = try api.download(path: file.path, range: start..<end) { chunk in
                     if firstByte == nil { firstByte = .now }
                     guard part.append(chunk) else { return false }
-                    stream.countArrived(chunk.count)
+                    if stream.countArrived(chunk.count) { refill(stream) }
                     return true
                 }
                 if let firstByte, start + got == end {
