@@ -405,16 +405,18 @@ final class ReadEngine: Sendable {
     /// link and finished together, and the next batch was asked for only when the reader got its
     /// bytes, a round trip before any of it arrived (traced through a 300 MB/s cap at 50 ms: the
     /// link idle 60-80 ms of every 300). So the fetchers themselves ask for the next part each
-    /// time a part's worth has arrived (`refillAt`), keeping the window's bytes in flight: parts
-    /// start one by one and finish one by one, as bytes arrive. Only while the front part is still
-    /// arriving (a reader slower than the link leaves it complete, and is served by its reads),
-    /// and holding at most twice the window.
+    /// time a part's worth has arrived (`refillAt`), keeping two round trips of what arrives in
+    /// flight: parts start one by one and finish one by one. Only while the reader waits for a
+    /// part still arriving (a reader slower than the link has complete parts ahead of it, and is
+    /// served by its reads), and holding at most twice the window.
     private func refill(_ stream: ReadStream) {
         let file = stream.file
         let scheduled = stream.state.withLock { s -> [(part: Part, urgent: Bool)] in
             let arrived = stream.arrived.load(ordering: .relaxed)
-            guard !s.closed, !stopping.load(ordering: .relaxed), let front = s.parts.first, !front.isFinished,
-                  let reader = s.lastReadEnd else {
+            // The reader waits on the link (now, or at its next read) when the first part still
+            // arriving starts within what it has asked for.
+            guard !s.closed, !stopping.load(ordering: .relaxed), let reader = s.lastReadEnd,
+                  let arriving = s.parts.first(where: { !$0.isFinished }), arriving.range.lowerBound <= reader else {
                 stream.refillAt.store(.max, ordering: .relaxed)   // the next read arms it again
                 return []
             }
