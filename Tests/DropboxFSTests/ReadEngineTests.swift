@@ -161,6 +161,7 @@ struct ReadEngineTests {
         dropbox.setDownloadLatency(0.05)
         let held = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
+        defer { release.signal() }   // never leave the fetcher and the reader blocked
         let stall = UInt64(30 * Self.MiB)
         dropbox.setChunkGate { range, sent in
             if range.contains(stall), UInt64(sent) == stall - range.lowerBound {
