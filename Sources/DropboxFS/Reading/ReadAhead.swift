@@ -133,6 +133,9 @@ struct StreamState {
     /// How fast its bytes have been arriving; bounds the window on a slow link. Kept when the
     /// stream restarts after a seek: the link is the same.
     var pace: StreamPace
+
+    /// Bytes its parts still wait for (a refill keeps these above two round trips of its rate).
+    var bytesToArrive: UInt64 { parts.reduce(0) { $0 + $1.bytesToArrive } }
 }
 
 final class ReadEngine: Sendable {
@@ -350,7 +353,7 @@ final class ReadEngine: Sendable {
                         partCeiling: UInt64) -> [(part: Part, urgent: Bool)] {
         var scheduled: [(part: Part, urgent: Bool)] = []
         var held = s.parts.reduce(UInt64(0)) { $0 + UInt64(ReadBudget.bufferSize(for: $1.length)) }
-        var inFlight = inFlightLimit == nil ? 0 : s.parts.reduce(UInt64(0)) { $0 + $1.bytesToArrive }
+        var inFlight = inFlightLimit == nil ? 0 : s.bytesToArrive
         var next = s.parts.last?.range.upperBound ?? start
         while next < target {
             let size = min(s.nextPartSize, heldLimit, file.size - next)
@@ -449,8 +452,7 @@ final class ReadEngine: Sendable {
     /// part below `target` (at least 1 MiB on, so that a stream that cannot grow, its budget
     /// full, asks rarely).
     private func armRefill(_ s: StreamState, stream: ReadStream, arrived: UInt64, target: UInt64) {
-        let inFlight = s.parts.reduce(UInt64(0)) { $0 + $1.bytesToArrive }
-        let wait = max(inFlight + s.nextPartSize, target + Self.refillStep) - target
+        let wait = max(s.bytesToArrive + s.nextPartSize, target + Self.refillStep) - target
         stream.refillAt.store(arrived + wait, ordering: .relaxed)
     }
 
