@@ -274,6 +274,30 @@ struct ReadEngineTests {
         #expect(budget.usage.reserved == 0)
     }
 
+    @Test func aBufferOfASizeNoneIsParkedForFirstGivesBackParkedBuffersOfOtherSizesAsFarAsItsOwn() throws {
+        // A stream whose parts shrank from 4 MiB to 2 MiB (its link shared): the 2 MiB buffers
+        // must take the place of the parked 4 MiB ones, not add to them, so the process touches
+        // no more fresh memory than it holds.
+        let budget = ReadBudget(capacity: 64 << 20)
+        let large = try (0..<3).map { _ in try #require(budget.reserveBuffer(4 << 20)) }
+        let small = try #require(budget.reserveBuffer(1 << 20))
+        large.forEach(budget.returnBuffer)
+        budget.returnBuffer(small)
+        #expect(budget.parkedBytes == 13 << 20)
+        let medium = try #require(budget.reserveBuffer(2 << 20))
+        #expect(budget.parkedBytes == 9 << 20, "one 4 MiB buffer given back for it, the 1 MiB one kept")
+        let again = try #require(budget.reserveBuffer(1 << 20))
+        #expect(again.baseAddress == small.baseAddress, "a parked buffer of the size is still reused")
+        #expect(budget.parkedBytes == 8 << 20, "and costs no other parked buffer")
+        let reused = try #require(budget.reserveBuffer(4 << 20))
+        #expect(large.contains { $0.baseAddress == reused.baseAddress })
+        budget.returnBuffer(medium)
+        budget.returnBuffer(again)
+        budget.returnBuffer(reused)
+        #expect(budget.usage.reserved == 0)
+        budget.freeParked()
+    }
+
     @Test func aPartHoldsExactlyTheBytesAppendedWhateverTheirSizesAndAlignment() throws {
         // The copy into a part streams 64 bytes at a time from a 16-byte boundary of the part;
         // chunks that start and end anywhere must still land byte for byte.
