@@ -10,6 +10,8 @@
 // first touch, which at a GB/s is a large share of the CPU; so a freed part buffer is parked here
 // and handed to the next part of its size class. Parked buffers count against the same capacity
 // (reserved + parked never exceeds it), so recycling never lets the process grow past the budget.
+// A buffer of a size none is parked for takes the place of parked buffers of other sizes, so
+// the memory the process touches follows what it holds, not every part size it has used.
 // Pinned folders use a ReadBudget of their own the same way, as a pool of their 8 MiB buffers.
 
 import Synchronization
