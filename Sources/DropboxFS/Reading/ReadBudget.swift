@@ -40,6 +40,7 @@ public final class ReadBudget: Sendable {
             return buffer
         }
 
+        /// Takes a parked buffer of the largest size parked, the one that frees most at once.
         mutating func unparkLargest() -> RawBuffer? {
             parked.keys.max().flatMap { unpark($0) }
         }
@@ -61,8 +62,9 @@ public final class ReadBudget: Sendable {
 
     /// Reserves a buffer of size class `size` and hands it over: a parked one of that size if
     /// there is one (no page faults), else a fresh allocation. Nil when it does not fit under the
-    /// capacity. Other parked buffers are freed only as far as the capacity needs; doing this in
-    /// one step matters, since freeing first would often free the very buffer about to be reused.
+    /// capacity. Other parked buffers are freed as far as the capacity needs, and for a fresh
+    /// allocation as far as its size (below); doing this in one step matters, since freeing first
+    /// would often free the very buffer about to be reused.
     ///
     /// A fresh allocation first frees parked buffers of other sizes, largest first, as far as its
     /// own size: the kernel then hands the new buffer the pages just given back, which cost no
