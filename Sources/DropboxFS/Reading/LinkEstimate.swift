@@ -24,13 +24,11 @@
 //   formula above asks for too little, and the reader waits on the part ahead of it (measured
 //   through a 300 MB/s cap at 100 ms, medians of 3 in alternating runs, before the refill:
 //   230–232 MB/s with 64 MiB, 250–253 with 128).
-//   Sizing the window from the link's whole rate, as a part's rate times the parts beside it,
-//   instead feeds back on itself (a wider window puts more parts on the link, each measures
-//   less, and the window grows again) until the budget is full; the stream's own rate does not,
-//   since more parts do not raise it. The round trip's floor grows twice, not more: on a slow,
-//   far link a window is bytes downloaded ahead that a seek throws away (the stream's floor is
-//   bounded by what reaches it instead). On a link slower than the floor is wide (tens of MB/s),
-//   each stream's own pace caps its window below the floor (`StreamPace`).
+//   Sizing the window from the link's whole rate instead feeds back on itself (a wider window
+//   puts more parts on the link, each measures less, and the window grows again) until the
+//   budget is full. Twice, not more: on a slow, far link a window is bytes downloaded ahead that
+//   a seek throws away. On a link slower than the floor is wide (tens of MB/s), each stream's
+//   own pace caps its window below the floor (`StreamPace`).
 // A fresh mount knows nothing yet: it starts from the short-round-trip sizes, and the first parts'
 // measurements move it within a few requests (each sample weighs a quarter).
 
