@@ -56,28 +56,6 @@ struct LinkEstimateTests {
         #expect(nearer.window(options, budget: budget) == UInt64(Double(64 * Self.MiB) * 1.4))
     }
 
-    @Test func onceAStreamsRateIsKnownTheFloorIsTwoRoundTripsOfItNotTheRoundTripAlone() {
-        // 100 ms, and 37 MB/s per request: eight parts sharing a 300 MB/s link, 8 MiB parts.
-        var shared = LinkEstimate()
-        for _ in 0..<8 { shared.record(firstByte: 0.1, bytes: 8 << 20, transfer: 0.2267) }
-        let latency = try! #require(shared.latency)
-        // The stream gets the whole 300 MB/s: two round trips of it and a part, not 128 MiB.
-        let twoRoundTrips = UInt64(2 * 300e6 * latency) + 8 * Self.MiB
-        #expect(shared.window(options, budget: budget, streamRate: 300e6) == twoRoundTrips)
-        #expect(twoRoundTrips < 72 * Self.MiB && twoRoundTrips > 64 * Self.MiB)
-        // 100 MB/s reaching it: 28 MB, so the 64 MiB tuned at 50 ms.
-        #expect(shared.window(options, budget: budget, streamRate: 100e6) == 64 * Self.MiB)
-        // 300 ms: three times the bytes per round trip, beyond the round trip's floor of twice
-        // 64 MiB (the stream's share of the budget caps it later).
-        var far = LinkEstimate()
-        for _ in 0..<8 { far.record(firstByte: 0.3, bytes: 8 << 20, transfer: 1.0) }
-        #expect(far.window(options, budget: budget, streamRate: 300e6) > 128 * Self.MiB)
-        // Not measured yet (or nonsense): the round trip's floor.
-        #expect(shared.window(options, budget: budget, streamRate: nil) == 128 * Self.MiB)
-        #expect(shared.window(options, budget: budget, streamRate: .nan) == 128 * Self.MiB)
-        #expect(shared.window(options, budget: budget, streamRate: .infinity) == 128 * Self.MiB)
-    }
-
     @Test func aLargerBudgetLetsPartsGrowToTheirCeiling() {
         var link = LinkEstimate()
         for _ in 0..<8 { link.record(firstByte: 0.3, bytes: 32 << 20, transfer: 0.1) }

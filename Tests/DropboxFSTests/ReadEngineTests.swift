@@ -118,30 +118,6 @@ struct ReadEngineTests {
         fs.release(handle)
     }
 
-    @Test func aStreamsWindowFollowsTheRateThatReachesItNotOnlyTheRoundTrip() throws {
-        // 100 ms to a first byte, through 100 MB/s shared by every download. Two round trips of
-        // what reaches the stream are 20 MB, so its window stays at the 64 MiB tuned at 50 ms; the
-        // round trip alone doubled it to 128 MiB, held by parts its reader had not reached.
-        let content = Self.content(96 * Self.MiB)
-        dropbox.addFile("/big.bin", content)
-        dropbox.setDownloadBandwidth(100e6)
-        dropbox.setDownloadLatency(0.1)
-        let fs = makeFS()
-        let handle = try open(fs, "big.bin")
-        var read: [UInt8] = []
-        var widest: UInt64 = 0
-        while read.count < content.count {
-            read += try fs.read(handle, offset: UInt64(read.count), size: Self.MiB)
-            let stream = fs.state.withLock { $0.fileHandles[handle]?.stream }
-            widest = max(widest, stream?.state.withLock { $0.window } ?? 0)
-        }
-        #expect(read == content)
-        #expect(widest <= 64 << 20, "the stream's widest window: \(widest >> 20) MiB")
-        #expect(widest >= 32 << 20, "the window still opened: \(widest >> 20) MiB")
-        #expect(dropbox.downloadedBytes == UInt64(content.count), "every byte downloaded once")
-        fs.release(handle)
-    }
-
     @Test func onASlowLinkAStreamKeepsSecondsOfWhatArrivesInFlightNotItsWholeWindow() throws {
         // 16 MB/s shared by every download: the 64 MiB window floor would be four seconds of the
         // link, all of it requested at once, the reader's next part getting a fraction of the link.

@@ -16,14 +16,11 @@
 //   (bytes scheduled ahead of the reader, all of them in flight) is
 //   `partsTransferring × (part + rate × latency)`, the bandwidth-delay product per transferring
 //   part plus the part itself. It is always within the stream's share of the one memory budget,
-//   and never below a floor. Once the stream's own rate is measured (all its parts together,
-//   `StreamPace`) the floor is `maxWindow` (the window tuned at round trips up to 50 ms) or two
-//   round trips of that rate plus a part, what the refill keeps in flight. Before, it is
-//   `maxWindow` grown in proportion to a longer round trip, up to twice. The floor is for a link
-//   shared by the parts in flight: each then measures a fraction of the link's rate, so the
-//   formula above asks for too little, and the reader waits on the part ahead of it (measured
-//   through a 300 MB/s cap at 100 ms, medians of 3 in alternating runs, before the refill:
-//   230–232 MB/s with 64 MiB, 250–253 with 128).
+//   and never below `maxWindow` (the window tuned at round trips up to 50 ms) grown in
+//   proportion to a longer round trip, up to twice. That floor is for a link shared by the parts
+//   in flight: each then measures a fraction of the link's rate, so the formula above asks for
+//   too little, and the reader waits on the part ahead of it (measured through a 300 MB/s cap at
+//   100 ms, medians of 3 in alternating runs: 230–232 MB/s with 64 MiB, 250–253 with 128).
 //   Sizing the window from the link's whole rate instead feeds back on itself (a wider window
 //   puts more parts on the link, each measures less, and the window grows again) until the
 //   budget is full. Twice, not more: on a slow, far link a window is bytes downloaded ahead that
@@ -79,12 +76,10 @@ struct LinkEstimate: Sendable, Equatable {
         return min(size, options.maxPartSize, budgetCap)
     }
 
-    /// The most a stream reads ahead now, before its share of the budget. `streamRate` is what
-    /// reaches the stream, all its parts together (`StreamPace.rate`), once it has been measured.
-    func window(_ options: ReadAheadOptions, budget: UInt64, streamRate: Double? = nil) -> UInt64 {
-        let part = partSize(options, budget: budget)
-        let floor = streamRate.flatMap { streamFloor(options, rate: $0, part: part) } ?? windowFloor(options)
-        return max(floor, UInt64(options.partsTransferring) * (part + bytesPerRoundTrip))
+    /// The most a stream reads ahead now, before its share of the budget.
+    func window(_ options: ReadAheadOptions, budget: UInt64) -> UInt64 {
+        let perPart = partSize(options, budget: budget) + bytesPerRoundTrip
+        return max(windowFloor(options), UInt64(options.partsTransferring) * perPart)
     }
 
     /// The round trip `ReadAheadOptions.maxWindow` was tuned at; longer ones raise the floor.
@@ -97,20 +92,5 @@ struct LinkEstimate: Sendable, Equatable {
     private func windowFloor(_ options: ReadAheadOptions) -> UInt64 {
         guard let latency, latency > Self.tunedRoundTrip else { return options.maxWindow }
         return UInt64(Double(options.maxWindow) * min(latency / Self.tunedRoundTrip, Self.floorGrowth))
-    }
-
-    /// Once the stream's own rate is known: `maxWindow`, or two round trips of that rate plus a
-    /// part if more, what the fetchers' refill keeps in flight (`ReadEngine.refillTarget`). The
-    /// stream's rate is the share of the link it gets, not one part's, so this neither shrinks
-    /// with the parts sharing the link nor grows with them. It takes the round trip's floor's
-    /// place once there is a rate: that floor (twice `maxWindow` at 100 ms) came before the
-    /// refill started parts one by one, and since then it held only completed parts the reader
-    /// had not reached. Through 300 MB/s at 100 ms (runner, alternating): the same 0.97-0.98x
-    /// curl's throughput, peak RSS 198-214 MiB instead of 252-261.
-    private func streamFloor(_ options: ReadAheadOptions, rate: Double, part: UInt64) -> UInt64? {
-        guard let latency, rate.isFinite, rate > 0 else { return nil }
-        let roundTrips = 2 * rate * latency
-        guard roundTrips < Double(UInt64.max >> 4) else { return nil }
-        return max(options.maxWindow, UInt64(roundTrips) + part)
     }
 }

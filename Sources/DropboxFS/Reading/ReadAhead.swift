@@ -393,7 +393,7 @@ final class ReadEngine: Sendable {
         let paceMinimum = max(options.basePartSize, options.initialWindow)
         let paceCap = s.pace.windowCap(roundTrip: link.latency, minimum: paceMinimum)
             ?? 2 * paceMinimum + 2 * min(arrived, UInt64.max >> 4)
-        return min(link.window(options, budget: budget.capacity, streamRate: s.pace.rate), paceCap)
+        return min(link.window(options, budget: budget.capacity), paceCap)
     }
 
     private func submit(_ part: Part, of stream: ReadStream, urgent: Bool) {
