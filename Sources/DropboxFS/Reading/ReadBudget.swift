@@ -10,8 +10,8 @@
 // first touch, which at a GB/s is a large share of the CPU; so a freed part buffer is parked here
 // and handed to the next part of its size class. Parked buffers count against the same capacity
 // (reserved + parked never exceeds it), so recycling never lets the process grow past the budget.
-// A buffer of a size none is parked for takes the place of parked buffers of other sizes, so
-// the memory the process touches follows what it holds, not every part size it has used.
+// A buffer of a recycled size none is parked for takes the place of parked buffers of other
+// sizes, so the memory the process touches follows what it holds, not every part size it has used.
 // Pinned folders use a ReadBudget of their own the same way, as a pool of their 8 MiB buffers.
 
 import Synchronization
@@ -66,8 +66,8 @@ public final class ReadBudget: Sendable {
     /// allocation as far as its size (below); doing this in one step matters, since freeing first
     /// would often free the very buffer about to be reused.
     ///
-    /// A fresh allocation first frees parked buffers of other sizes, largest first, as far as its
-    /// own size: the kernel then hands the new buffer the pages just given back, which cost no
+    /// A fresh allocation of a recycled size first frees parked buffers of other sizes, largest
+    /// first, as far as its own size: the kernel then hands the new buffer the pages just given back, which cost no
     /// more than zeroing, instead of memory the process never touched (on a VM that returns free
     /// memory to its host, a page fault there and a zeroed page: per 4 KiB, 0.4 GB/s measured). A
     /// stream's part size follows the link, so one stream can use several sizes: through 300 MB/s
@@ -81,7 +81,10 @@ public final class ReadBudget: Sendable {
             counts.reserved += bytes
             counts.peak = max(counts.peak, counts.reserved)
             let reused = counts.unpark(size)
-            if reused == nil {
+            // Only a buffer of a recycled size: a smaller one comes from malloc, not from the
+            // pages given back, and would free a parked buffer for nothing (the last small part of
+            // each file, every small file a pin fetches).
+            if reused == nil, size >= Self.recycledSize {
                 var given = 0
                 while given < size, let buffer = counts.unparkLargest() {
                     freed.append(buffer)
