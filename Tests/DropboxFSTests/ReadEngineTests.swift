@@ -146,6 +146,26 @@ struct ReadEngineTests {
         fs.release(handle)
     }
 
+    @Test func onSlowConnectionsAStreamKeepsTheManyPartsThatBringMore() throws {
+        // A far server: 4 MB/s for each download, 100 ms to its first byte, and a link with room
+        // for many. An 8 MiB part then spends two seconds in flight, and only more parts at once
+        // bring more. The stream's own rate says nothing about that (it is the sum of its parts'),
+        // so a window sized from it (two round trips of the rate and a part: 64 MiB, eight parts)
+        // held the stream at half of what the floor allows. (The same case through a real mount:
+        // Tests/Mount/test_reads.py, slow connections.)
+        let content = Self.content(96 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        dropbox.setConnectionBandwidth(4e6)
+        dropbox.setDownloadLatency(0.1)
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        #expect(try readAll(fs, handle, size: content.count, chunk: Self.MiB) == content)
+        // The floor at this round trip is 128 MiB: sixteen 8 MiB parts, more than the file holds.
+        #expect(dropbox.downloadPeak >= 10, "at most \(dropbox.downloadPeak) downloads at once")
+        #expect(dropbox.downloadedBytes == UInt64(content.count), "every byte downloaded once")
+        fs.release(handle)
+    }
+
     @Test func whileItsReaderWaitsOnTheFrontPartAStreamKeepsAskingForMoreAsBytesArrive() throws {
         // The part holding byte 30 MiB stops there, as a part sharing a link with
         // the ones behind it falls behind them. Its reader cannot read past it, so no read

@@ -60,13 +60,17 @@ struct StreamPaceTests {
     func drive(_ pace: inout StreamPace, from: Double, to: Double, arrived: inout Double, link: Link) -> [(at: Double, cap: UInt64)] {
         var caps: [(Double, UInt64)] = []
         var t = from
+        // Each receiving part's bytes, by its place among them: parts beyond the count stop.
+        var parts: StreamPace.PartsFilled = [:]
         while t < to {
             let cap = pace.windowCap(roundTrip: 0.1, minimum: 8 * Self.MiB) ?? 8 * Self.MiB
             caps.append((t, cap))
             let (rate, receiving) = link(cap)
             arrived += rate * 0.125
+            parts = parts.filter { $0.key < UInt64(receiving) }
+            for key in 0..<UInt64(receiving) { parts[key, default: 0] += Int(rate * 0.125) / receiving }
             t += 0.125
-            _ = pace.observe(arrived: UInt64(arrived), downloading: true, receiving: receiving, roundTrip: 0.1, at: at(t))
+            _ = pace.observe(arrived: UInt64(arrived), downloading: true, parts: parts, roundTrip: 0.1, at: at(t))
         }
         return caps
     }
@@ -128,6 +132,18 @@ struct StreamPaceTests {
         #expect(next.phase == .settled && next.rate == pace.rate)
         #expect(next.windowCap(roundTrip: 0.1, minimum: 8 * Self.MiB) == 12_600_000,
                 "a second file on the same slow link is not requested as if it were fast")
+    }
+
+    @Test func eachPartsRateCountsOnlyThePartsThatReceivedAllThroughTheInterval() {
+        // Parts at 0 and 8 MiB got 400 kB each in 0.1 s. The one at 16 MiB began within it, the
+        // one at 24 MiB ended within it, the one at 32 MiB waits for its first byte.
+        let start: StreamPace.PartsFilled = [0: 1_000_000, 8 << 20: 200_000, 16 << 20: 0, 24 << 20: 7_000_000, 32 << 20: 0]
+        let end: StreamPace.PartsFilled = [0: 1_400_000, 8 << 20: 600_000, 16 << 20: 50_000, 32 << 20: 0]
+        #expect(StreamPace.perPartRate(from: start, to: end, elapsed: 0.1) == 4e6)
+        #expect(StreamPace.partsThatReceived(from: start, to: end) == 4, "all but the one still waiting")
+        let begun: StreamPace.PartsFilled = [0: 0, 8 << 20: 0]
+        #expect(StreamPace.perPartRate(from: begun, to: end, elapsed: 0.1) == nil, "no part received all through it")
+        #expect(StreamPace.perPartRate(from: [0: 900], to: [0: 100], elapsed: 0.1) == nil, "a new part at the same offset")
     }
 
     @Test func aFastStreamIsCappedFarAboveTheWindowsFloor() {

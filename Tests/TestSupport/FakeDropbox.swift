@@ -46,6 +46,12 @@ public final class FakeDropbox: DropboxAPI {
         /// Each entry cuts one coming streamed download after that many bytes.
         var cuts: [Int] = []
         var downloadLatency = 0.0
+        /// Bytes per second each download gets on its own (0: no limit), as a far server's TCP
+        /// window per round trip allows one connection whatever the link could carry.
+        var connectionBandwidth = 0.0
+        /// Streamed downloads under way now, and the most there have been at once.
+        var downloadsInFlight = 0
+        var downloadPeak = 0
     }
 
     private let contents = Mutex(Contents())
@@ -298,6 +304,13 @@ public final class FakeDropbox: DropboxAPI {
     /// Caps all downloads together at `bytesPerSecond` (0 lifts the cap).
     public func setDownloadBandwidth(_ bytesPerSecond: Double) { link.withLock { $0.bytesPerSecond = bytesPerSecond } }
 
+    /// Caps each download on its own at `bytesPerSecond` (0 lifts the cap): slow connections on a
+    /// link with room for more of them, where only more downloads at once bring more.
+    public func setConnectionBandwidth(_ bytesPerSecond: Double) { contents.withLock { $0.connectionBandwidth = bytesPerSecond } }
+
+    /// The most streamed downloads that were under way at once.
+    public var downloadPeak: Int { contents.withLock { $0.downloadPeak } }
+
     /// Waits for the shared link to carry `bytes`.
     private func sendOverLink(_ bytes: Int) {
         let now = ProcessInfo.processInfo.systemUptime
@@ -316,17 +329,29 @@ public final class FakeDropbox: DropboxAPI {
     /// Streams in 64 KiB chunks, so a reader can be served before the whole range has arrived.
     public func download(path: String, range: Range<UInt64>,
                   into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
-        let latency = contents.withLock { $0.downloadLatency }
+        let (latency, perConnection) = contents.withLock { c in
+            c.downloadsInFlight += 1
+            c.downloadPeak = max(c.downloadPeak, c.downloadsInFlight)
+            return (c.downloadLatency, c.connectionBandwidth)
+        }
+        defer { contents.withLock { $0.downloadsInFlight -= 1 } }
         if latency > 0 { Thread.sleep(forTimeInterval: latency) }
         let bytes = try download(path: path, range: range)
         let cut = contents.withLock { $0.cuts.isEmpty ? nil : $0.cuts.removeFirst() }
         let limit = min(bytes.count, cut ?? .max)
         var sent = 0
         let gate = chunkGate.withLock { $0 }
+        let firstByte = ProcessInfo.processInfo.systemUptime
         while sent < limit {
             let chunk = min(64 << 10, limit - sent)
             gate?(range, sent)
             sendOverLink(chunk)
+            if perConnection > 0 {
+                // Paced from the first byte, so that a late wake-up does not slow the rest.
+                let due = firstByte + Double(sent + chunk) / perConnection
+                let now = ProcessInfo.processInfo.systemUptime
+                if due > now { Thread.sleep(forTimeInterval: due - now) }
+            }
             let more = bytes.withUnsafeBytes { consumer(UnsafeRawBufferPointer(rebasing: $0[sent..<(sent + chunk)])) }
             sent += chunk
             if !more { return UInt64(sent) }

@@ -376,10 +376,17 @@ final class ReadEngine: Sendable {
     /// Samples the stream's pace (`StreamPace`), and keeps what it measured for the next stream.
     private func observePace(_ s: inout StreamState, arrived: UInt64, link: LinkEstimate) {
         if s.pace.observe(arrived: arrived, downloading: s.parts.contains { !$0.isFinished },
-                          receiving: s.parts.count { $0.filledCount > 0 && !$0.isFinished }, roundTrip: link.latency, at: .now) {
+                          parts: Self.partsFilled(s.parts), roundTrip: link.latency, at: .now) {
             let pace = s.pace
             recentPace.withLock { $0 = pace }
         }
+    }
+
+    /// The stream's parts not done, and their bytes so far, for its pace.
+    private static func partsFilled(_ parts: [Part]) -> StreamPace.PartsFilled {
+        var filled: StreamPace.PartsFilled = [:]
+        for part in parts where !part.isFinished { filled[part.range.lowerBound] = part.filledCount }
+        return filled
     }
 
     /// The most the stream may read ahead now: the link's window, capped by the stream's pace.
