@@ -149,10 +149,12 @@ struct ReadEngineTests {
     @Test func onSlowConnectionsAStreamKeepsTheManyPartsThatBringMore() throws {
         // A far server: 4 MB/s for each download, 100 ms to its first byte, and a link with room
         // for many. An 8 MiB part then spends two seconds in flight, and only more parts at once
-        // bring more. The stream's own rate says nothing about that (it is the sum of its parts'),
-        // so a window sized from it (two round trips of the rate and a part: 64 MiB, eight parts)
-        // held the stream at half of what the floor allows. (The same case through a real mount:
-        // Tests/Mount/test_reads.py, slow connections.)
+        // bring more, so the stream must not take its connections for a shared link. Reads come
+        // one at a time here (as with direct_io), and the per-part rate that was the stream's rate
+        // over the parts receiving at a sample's end made it do just that: five parts at most,
+        // 12.5 s (`StreamPace.perPartRate`). A window sized from the stream's own rate (two round
+        // trips of it and a part: 64 MiB, eight parts) fails too. (The same case through a real
+        // mount: Tests/Mount/test_reads.py, slow connections.)
         let content = Self.content(96 * Self.MiB)
         dropbox.addFile("/big.bin", content)
         dropbox.setConnectionBandwidth(4e6)
