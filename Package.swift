@@ -3,7 +3,7 @@
 //
 // Layering (each arrow is "depends on"):
 //   dbx-mount (CLI) -> MountRuntime -> FUSEAdapter -> DropboxFS (core) -> DropboxClient (API, pure Swift)
-//                                                     DropboxFS -> CStreamingCopy (one copy function in C)
+//                                                     DropboxFS -> CPartMemory (a part's memory: copy in, move pages)
 //                                                                         ^ CurlTransport (the only libcurl user)
 //   MetadataCache (SQLite) implements the core's MetadataStore. docs/ARCHITECTURE.md draws the graph.
 //   dbx-emulator (CLI) -> DropboxEmulator (SwiftNIO server; shares no code with the client)
@@ -44,14 +44,15 @@ let package = Package(
             dependencies: ["CShims", "DropboxClient"]
         ),
         // The filesystem core: inodes, metadata cache, reads. No network, no FUSE; its only C is
-        // the streaming copy below.
+        // CPartMemory below.
         .target(
             name: "DropboxFS",
-            dependencies: ["DropboxClient", "CStreamingCopy", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["DropboxClient", "CPartMemory", .product(name: "Logging", package: "swift-log")]
         ),
-        // One C function: the copy into read-ahead buffers with streaming stores, which Swift
-        // cannot emit (CStreamingCopy/StreamingCopy.c says why they pay).
-        .target(name: "CStreamingCopy"),
+        // Two C functions for read-ahead buffers: the copy into them with streaming stores, which
+        // Swift cannot emit, and the move of their pages with mremap, which it cannot call
+        // (CPartMemory/StreamingCopy.c and MovePages.c say why they pay).
+        .target(name: "CPartMemory"),
         // The system SQLite (libsqlite3-dev), for MetadataCache only.
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", providers: [.apt(["libsqlite3-dev"])]),
         // The persistent cache: a mount's tree and cursor in SQLite, so a remount needs no full listing.

@@ -296,30 +296,81 @@ struct ReadEngineTests {
         #expect(budget.usage.reserved == 0)
     }
 
-    @Test func aBufferOfASizeNoneIsParkedForFirstGivesBackParkedBuffersOfOtherSizesAsFarAsItsOwn() throws {
-        // A stream whose parts shrank from 4 MiB to 2 MiB (its link shared): the 2 MiB buffers
-        // must take the place of the parked 4 MiB ones, not add to them, so the process touches
-        // no more fresh memory than it holds.
+    @Test func aBufferOfAnySizeOfBlocksIsMadeOfTheParkedBlocksPagesMovedNotFresh() throws {
+        // A stream whose parts grew from 4 MiB to 8 MiB, or shrank to 2 MiB (its link shared):
+        // the new buffers must be made of the pages the parked 4 MiB ones already hold, not of
+        // fresh memory, so the process touches no more memory than it holds at most.
+        let block = 2 << 20
         let budget = ReadBudget(capacity: 64 << 20)
         let large = try (0..<3).map { _ in try #require(budget.reserveBuffer(4 << 20)) }
+        for (index, buffer) in large.enumerated() {
+            buffer.storeBytes(of: UInt8(2 * index + 1), toByteOffset: 0, as: UInt8.self)
+            buffer.storeBytes(of: UInt8(2 * index + 2), toByteOffset: block, as: UInt8.self)
+        }
+        large.forEach(budget.returnBuffer)
+        #expect(budget.parkedBytes == 12 << 20)
+        let grown = try #require(budget.reserveBuffer(8 << 20))
+        #expect(budget.parkedBytes == 4 << 20, "four parked blocks went into it")
+        let marks = stride(from: 0, to: 8 << 20, by: block).map { grown.load(fromByteOffset: $0, as: UInt8.self) }
+        #expect(marks == [3, 4, 5, 6], "its pages are the parked ones, moved in order; fresh pages read 0")
+        let shrunk = try #require(budget.reserveBuffer(2 << 20))
+        #expect(shrunk.baseAddress == large[0].baseAddress! + block, "a parked block taken where it lies")
+        #expect(shrunk.load(as: UInt8.self) == 2)
+        #expect(budget.parkedBytes == 2 << 20)
+        budget.returnBuffer(grown)
+        let again = try #require(budget.reserveBuffer(8 << 20))
+        #expect(again.baseAddress == grown.baseAddress, "a buffer given back and taken whole needs no move")
+        budget.returnBuffer(again)
+        budget.returnBuffer(shrunk)
+        #expect(budget.usage.reserved == 0)
+        #expect(budget.parkedBytes == 12 << 20)
+        budget.freeParked()
+        #expect(budget.parkedBytes == 0)
+    }
+
+    @Test func aSmallBufferNoneIsParkedForGivesBackParkedMemoryAsFarAsItsOwnSize() throws {
+        // Under 2 MiB buffers are parked by size. One of a recycled size with none parked frees
+        // parked memory it cannot use, so the kernel hands it those pages rather than fresh ones.
+        let budget = ReadBudget(capacity: 64 << 20)
+        let large = try (0..<2).map { _ in try #require(budget.reserveBuffer(4 << 20)) }
         let small = try #require(budget.reserveBuffer(1 << 20))
         large.forEach(budget.returnBuffer)
         budget.returnBuffer(small)
-        #expect(budget.parkedBytes == 13 << 20)
-        let medium = try #require(budget.reserveBuffer(2 << 20))
-        #expect(budget.parkedBytes == 9 << 20, "one 4 MiB buffer given back for it, the 1 MiB one kept")
+        #expect(budget.parkedBytes == 9 << 20)
+        let half = try #require(budget.reserveBuffer(512 << 10))
+        #expect(budget.parkedBytes == 7 << 20, "one 2 MiB block given back for it, the 1 MiB buffer kept")
         let tiny = try #require(budget.reserveBuffer(4096))
-        #expect(budget.parkedBytes == 9 << 20, "a buffer too small to be recycled gives back none")
+        #expect(budget.parkedBytes == 7 << 20, "a buffer too small to be recycled gives back none")
         budget.returnBuffer(tiny)
         let again = try #require(budget.reserveBuffer(1 << 20))
         #expect(again.baseAddress == small.baseAddress, "a parked buffer of the size is still reused")
-        #expect(budget.parkedBytes == 8 << 20, "and costs no other parked buffer")
-        let reused = try #require(budget.reserveBuffer(4 << 20))
-        #expect(large.contains { $0.baseAddress == reused.baseAddress })
-        budget.returnBuffer(medium)
-        budget.returnBuffer(again)
-        budget.returnBuffer(reused)
+        #expect(budget.parkedBytes == 6 << 20, "and costs no other parked memory")
+        let blocks = try #require(budget.reserveBuffer(8 << 20))
+        #expect(budget.parkedBytes == 0, "its first three blocks reused, its last fresh: nothing parked is left to give back")
+        budget.returnBuffer(half)
+        #expect(budget.parkedBytes == 512 << 10)
+        let more = try #require(budget.reserveBuffer(4 << 20))
+        #expect(budget.parkedBytes == 0, "fresh blocks give back the parked small buffer")
+        [blocks, more, again].forEach(budget.returnBuffer)
         #expect(budget.usage.reserved == 0)
+        budget.freeParked()
+    }
+
+    @Test func parkedAndReservedMemoryNeverExceedTheCapacity() throws {
+        let budget = ReadBudget(capacity: 8 << 20)
+        let whole = try #require(budget.reserveBuffer(8 << 20))
+        #expect(budget.reserveBuffer(2 << 20) == nil, "nothing past the capacity")
+        budget.returnBuffer(whole)
+        #expect(budget.parkedBytes == 8 << 20)
+        var held: [UnsafeMutableRawBufferPointer] = []
+        for size in [2 << 20, 1 << 20, 4 << 20] {
+            held.append(try #require(budget.reserveBuffer(size)))
+            #expect(budget.usage.reserved + budget.parkedBytes <= 8 << 20)
+        }
+        #expect(budget.reserveBuffer(2 << 20) == nil)
+        held.forEach(budget.returnBuffer)
+        #expect(budget.usage.reserved == 0)
+        #expect(budget.parkedBytes <= 8 << 20)
         budget.freeParked()
     }
 

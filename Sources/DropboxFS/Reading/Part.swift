@@ -2,7 +2,7 @@
 // its fetch, while readers copy out what has arrived. A reader waits only for the bytes it needs,
 // not for the whole part, so the first byte of a stream is served one round trip after the read.
 
-import CStreamingCopy
+import CPartMemory
 import DropboxClient
 import Foundation
 

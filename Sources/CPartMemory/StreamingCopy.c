@@ -8,7 +8,7 @@
 // Streaming stores are weakly ordered: the SFENCE at the end makes them visible before any later
 // store, such as the part's count of filled bytes that tells a reader the bytes are there.
 
-#include "StreamingCopy.h"
+#include "PartMemory.h"
 
 #include <stdint.h>
 #include <string.h>
