@@ -374,6 +374,48 @@ struct ReadEngineTests {
         budget.freeParked()
     }
 
+    @Test(arguments: [1, 2, 3] as [UInt64])
+    func buffersHeldAtOnceNeverShareMemoryAndKeepTheirBytesWhatever(seed: UInt64) throws {
+        // Random reserves and returns of every size class at a tight capacity: parked blocks are
+        // moved between buffers, so a bug there would hand two parts the same pages. Each held
+        // buffer is stamped at every 4 KiB with its own number and checked before it goes back.
+        var random = SeededGenerator(seed: seed)
+        let capacity: UInt64 = 24 << 20
+        let budget = ReadBudget(capacity: capacity)
+        let sizes = [4096, 100_000, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20]
+        var held: [(buffer: UnsafeMutableRawBufferPointer, stamp: UInt32)] = []
+        var nextStamp: UInt32 = 1
+        func intact(_ entry: (buffer: UnsafeMutableRawBufferPointer, stamp: UInt32)) -> Bool {
+            stride(from: 0, to: entry.buffer.count, by: 4096).allSatisfy {
+                entry.buffer.load(fromByteOffset: $0, as: UInt32.self) == entry.stamp
+            }
+        }
+        for _ in 0..<400 {
+            if !held.isEmpty, Int.random(in: 0..<3, using: &random) == 0 {
+                let entry = held.remove(at: Int.random(in: 0..<held.count, using: &random))
+                #expect(intact(entry), "a held buffer's bytes changed under it")
+                budget.returnBuffer(entry.buffer)
+            } else if let buffer = budget.reserveBuffer(sizes.randomElement(using: &random)!) {
+                let stamp = nextStamp
+                nextStamp += 1
+                for offset in stride(from: 0, to: buffer.count, by: 4096) {
+                    buffer.storeBytes(of: stamp, toByteOffset: offset, as: UInt32.self)
+                }
+                held.append((buffer, stamp))
+            }
+            #expect(budget.usage.reserved + budget.parkedBytes <= capacity)
+            #expect(budget.usage.reserved == held.reduce(0) { $0 + UInt64($1.buffer.count) })
+        }
+        let ranges = held.map { UInt(bitPattern: $0.buffer.baseAddress!)..<(UInt(bitPattern: $0.buffer.baseAddress!) + UInt($0.buffer.count)) }
+            .sorted { $0.lowerBound < $1.lowerBound }
+        #expect(zip(ranges, ranges.dropFirst()).allSatisfy { $0.upperBound <= $1.lowerBound }, "buffers held at once overlap")
+        #expect(held.allSatisfy(intact))
+        held.forEach { budget.returnBuffer($0.buffer) }
+        #expect(budget.usage.reserved == 0)
+        budget.freeParked()
+        #expect(budget.parkedBytes == 0)
+    }
+
     @Test func aPartHoldsExactlyTheBytesAppendedWhateverTheirSizesAndAlignment() throws {
         // The copy into a part streams 64 bytes at a time from a 16-byte boundary of the part;
         // chunks that start and end anywhere must still land byte for byte.
