@@ -173,13 +173,11 @@ def read_mib_by_mib(f, size: int) -> bytes:
     into one page-aligned buffer, so that with direct_io each read reaches the mount as one 1 MiB
     request (a buffer that is not page-aligned spans one page more, and the kernel splits it)."""
     got = bytearray()
-    with mmap.mmap(-1, MiB) as buffer:
-        view = memoryview(buffer)
+    with mmap.mmap(-1, MiB) as buffer, memoryview(buffer) as view:
         while len(got) < size:
             n = f.readinto(view[:min(MiB, size - len(got))])
             assert n, f"end of file at {len(got)} bytes, before {size}"
             got += view[:n]
-        view.release()
     return bytes(got)
 
 

@@ -202,7 +202,7 @@ enum PartMemory {
 
     /// A buffer of `size` bytes, its first blocks the pages of `blocks` (each one block, parked)
     /// moved into place, the rest fresh. Nil when the system has no memory to map.
-    static func allocate(_ size: Int, reusing blocks: [UnsafeMutableRawBufferPointer] = []) -> UnsafeMutableRawBufferPointer? {
+    static func allocate(_ size: Int, reusing blocks: [UnsafeMutableRawBufferPointer]) -> UnsafeMutableRawBufferPointer? {
         guard isMadeOfBlocks(size) else { return .allocate(byteCount: size, alignment: 4096) }
         if let whole = adjoining(blocks), whole.count == size { return whole }
         guard let buffer = mapAligned(size) else {

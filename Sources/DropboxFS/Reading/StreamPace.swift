@@ -222,10 +222,11 @@ struct StreamPace: Sendable {
     /// (some already at its start, not done at its end). A part that began or ended within the
     /// interval got bytes for only some of it. Dividing the stream's rate by the parts receiving
     /// at the interval's end counts a part just begun as whole and the bytes of one just ended in
-    /// no part: 4 MB/s connections seemed to get 6.2 MB/s in one interval and 4.3
-    /// in the next, the stream took its connections for a shared link and stopped at five parts
-    /// (traced in ReadEngineTests, slow connections; with `--direct-io`, whose reads come one at
-    /// a time, 128 MiB took 41 s instead of 6.5). Nil when no part received all through it.
+    /// no part: 4 MB/s connections seemed to get 6.2 MB/s in one interval and 4.3 in the next,
+    /// the stream took its connections for a shared link and stopped at five parts (traced in
+    /// ReadEngineTests, slow connections; with `--direct-io`, whose reads come one at a time,
+    /// 128 MiB at 3 MB/s per connection took 41 s instead of 6.2). Nil when no part received all
+    /// through it.
     static func perPartRate(from start: PartsFilled, to end: PartsFilled, elapsed: Double) -> Double? {
         var parts = 0
         var bytes = 0
