@@ -23,6 +23,7 @@ public final class MountSession {
     /// cache; `debug` makes libfuse trace every request.
     public init(mount: Mount, mountpoint: String, mountOptions: [String], directIO: Bool = false, debug: Bool) throws(MountError) {
         ProcessMemory.useFixedMmapThreshold()
+        ProcessMemory.limitArenasToCores()
         var arguments = ["dbx-mount", "-o", mountOptions.joined(separator: ",")]
         if debug { arguments.append("-d") }
         var args = fuse_args()

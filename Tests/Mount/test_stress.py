@@ -43,6 +43,28 @@ def proc_status(pid: int) -> dict:
     return fields
 
 
+HEAP_MAX = 64 * MiB
+
+
+def malloc_arenas(pid: int) -> int:
+    """glibc's arenas in use: the main one, plus each thread arena's heap, which glibc maps as a
+    64 MiB-aligned, 64 MiB reservation whose used front is read-write and whose rest is
+    inaccessible, so two adjacent anonymous mappings that together span exactly 64 MiB."""
+    regions = []
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            anonymous = len(fields) < 6
+            regions.append((start, end, fields[1], anonymous))
+    heaps = 0
+    for (start, end, perms, anonymous), (next_start, next_end, next_perms, next_anonymous) in zip(regions, regions[1:]):
+        if (anonymous and next_anonymous and perms == "rw-p" and next_perms == "---p" and start % HEAP_MAX == 0
+                and next_start == end and next_end - start == HEAP_MAX):
+            heaps += 1
+    return 1 + heaps
+
+
 def test_32_readers_and_find_loops_then_a_prompt_unmount(stress_tree, tmp_path):
     root = stress_tree
     files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
@@ -114,6 +136,10 @@ def test_32_readers_and_find_loops_then_a_prompt_unmount(stress_tree, tmp_path):
             assert peak_threads < 200
             assert after <= peak_threads
             assert peak_rss_kib < 1536 * 1024
+            # One malloc arena per core (at least two), not glibc's eight per core, each keeping
+            # what its threads freed (ProcessMemory.limitArenasToCores).
+            arenas = malloc_arenas(pid)
+            assert arenas <= max(2, os.cpu_count() or 1), f"{arenas} malloc arenas"
 
             started = time.monotonic()
             subprocess.run(["fusermount3", "-u", str(mnt)], check=True, timeout=30)
