@@ -110,7 +110,9 @@ public final class ReadBudget: Sendable {
     /// buffer under 2 MiB; parked buffers under 2 MiB, for one of blocks), as far as its own
     /// size: the kernel then hands the new buffer the pages just given back, which cost no more
     /// than zeroing, instead of memory the process never touched (on a VM that returns free
-    /// memory to its host, a page fault there and a zeroed page: 0.4–0.6 GB/s measured).
+    /// memory to its host, a page fault there and a zeroed page: 0.4–0.6 GB/s measured). That
+    /// holds only within about a second of the free, before the host takes the pages back (touched
+    /// again 1–4 s later they ran at 0.7–1.7 GB/s), which is why blocks stay parked instead.
     func reserveBuffer(_ size: Int) -> UnsafeMutableRawBufferPointer? {
         var freed: [RawBuffer] = []
         let outcome = state.withLock { counts -> (ok: Bool, reused: RawBuffer?, blocks: [RawBuffer]) in
