@@ -86,6 +86,28 @@ def write_wide_folder(folder: Path, count: int) -> None:
         (folder / f"entry-{i:05d}.txt").write_bytes(b"%d\n" % i)
 
 
+def stop_process(process: subprocess.Popen):
+    """SIGTERM, then SIGKILL after 10 s: for the servers a test starts itself."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def required_tool(name: str, package: str) -> str:
+    """The path of a program a test drives: under CI (`CI=true`) a missing one fails the test,
+    since .ci/run installs it; elsewhere the test is skipped."""
+    found = shutil.which(name)
+    if not found:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is missing: .ci/run installs Debian's {package} package")
+        pytest.skip(f"{name} is not installed (apt-get install {package})")
+    return found
+
+
 class Emulator:
     def __init__(self, root: Path, *extra: str):
         self.root = root
@@ -99,13 +121,7 @@ class Emulator:
         self.url = line.split("listening on ", 1)[1]
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 def free_port() -> int:

@@ -4,7 +4,6 @@ scrapes it, and its query API answers with the mount's download bytes and reques
 histogram after a read. Bad addresses fail in one line."""
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, TOKEN, Mount, free_port
+from conftest import DBX_MOUNT, TOKEN, Mount, free_port, required_tool, stop_process
 
 MiB = 1 << 20
 
@@ -110,12 +109,7 @@ def test_a_metrics_port_in_use_fails_in_one_line(emulator, tmp_path):
 
 
 def prometheus_binary():
-    found = shutil.which("prometheus")
-    if not found:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is missing: .ci/run installs Debian's prometheus package")
-        pytest.skip("prometheus is not installed (apt-get install prometheus)")
-    return found
+    return required_tool("prometheus", "prometheus")
 
 
 def query(port, expression):
@@ -158,9 +152,4 @@ def test_a_real_prometheus_scrapes_the_mount(served, metrics_mount, tmp_path):
         quantile = query(web_port, "histogram_quantile(0.9, sum by (le) (dbxmount_dropbox_request_duration_seconds_bucket))")
         assert quantile and float(quantile[0]["value"][1]) > 0
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server)

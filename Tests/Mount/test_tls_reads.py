@@ -3,18 +3,21 @@ emulator's certificate; the mount trusts it through --ca-bundle and verifies it 
 Dropbox's. What is read equals what is served, under injected faults too; connections are kept
 alive across parts; the mount stays within its read-ahead budget. Outcomes, not speed: speed is
 the benchmark runner's (bench/run.py, its TLS rows)."""
+import collections
 import concurrent.futures
 import hashlib
 import json
 import random
+import socket
 import ssl
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import Emulator, Mount
+from conftest import Emulator, Mount, free_port, required_tool, stop_process
 
 MiB = 1 << 20
 
@@ -119,24 +122,29 @@ def test_reads_over_tls_equal_the_served_files_and_reuse_connections(served, cer
         emulator.stop()
 
 
+def read_until_both_faults(m, served, stats):
+    """Reads four files through the mount, each equal to the served one, until the emulator has
+    both failed a request and cut a body. The four take only about 40 downloads (parts grow to
+    8-16 MiB), and the emulator draws faults in arrival order, which concurrency reorders: at 2%
+    no body is cut in about half the passes. So they are read again, from Dropbox and not from the
+    page cache, until both kinds happened; ten passes leave a chance of about 1e-3."""
+    for _ in range(10):
+        for name in ["large.bin", "b.bin", "d.bin", "small.bin"]:
+            assert sha256(m.mountpoint / name) == sha256(served / name), name
+        counts = stats()
+        if counts["injected_failures"] > 0 and counts["truncated_bodies"] > 0:
+            return
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    assert counts["injected_failures"] > 0 and counts["truncated_bodies"] > 0, counts
+
+
 def test_reads_over_tls_survive_failed_requests_and_cut_bodies(served, certificates, tmp_path):
     emulator = tls_emulator(served, certificates, "--latency-ms", "5", "--fail-rate", "0.10",
                             "--truncate-rate", "0.02", "--seed", "16")
     try:
         m = Mount(emulator, tmp_path / "mnt", "--ca-bundle", str(certificates["ca"]))
         try:
-            # The four files take only about 40 downloads (parts grow to 8-16 MiB), and the
-            # emulator draws faults in arrival order, which concurrency reorders: at 2% no body is
-            # cut in about half the passes. So read them again, from Dropbox and not from the page
-            # cache, until both kinds of fault happened; ten passes leave a chance of about 1e-3.
-            for _ in range(10):
-                for name in ["large.bin", "b.bin", "d.bin", "small.bin"]:
-                    assert sha256(m.mountpoint / name) == sha256(served / name), name
-                stats = admin(emulator, certificates, "/__stats")
-                if stats["injected_failures"] > 0 and stats["truncated_bodies"] > 0:
-                    break
-                Path("/proc/sys/vm/drop_caches").write_text("1\n")
-            assert stats["injected_failures"] > 0 and stats["truncated_bodies"] > 0, stats
+            read_until_both_faults(m, served, lambda: admin(emulator, certificates, "/__stats"))
         finally:
             m.unmount()
     finally:
@@ -176,4 +184,104 @@ def test_a_mount_without_the_ca_fails_in_one_line(served, certificates, tmp_path
         message = str(failure.value)
         assert "certificate" in message.lower() or "ssl" in message.lower() or "tls" in message.lower(), message
     finally:
+        emulator.stop()
+
+
+class HTTP2Front:
+    """Dropbox's servers answer TLS clients in HTTP/2 (ALPN), and libcurl asks for it over TLS
+    unless told otherwise, so against Dropbox every call and every ranged part goes over HTTP/2.
+    The emulator speaks HTTP/1.1 only; nghttpx (Debian's nghttp2-proxy) in front of it ends TLS,
+    speaks HTTP/2 to the mount and HTTP/1.1 to the emulator, and logs the protocol of each request."""
+
+    def __init__(self, emulator: Emulator, certificates: dict, folder: Path):
+        self.access_log = folder / "access.log"
+        self.error_log = folder / "error.log"
+        port = free_port()
+        backend_port = emulator.url.rsplit(":", 1)[1]
+        self.process = subprocess.Popen(
+            [required_tool("nghttpx", "nghttp2-proxy"), "--conf=/dev/null", f"--frontend=127.0.0.1,{port}",
+             f"--backend=127.0.0.1,{backend_port}", "--workers=1", "--no-ocsp",
+             # A longpoll may wait minutes for a change; the front must not cut it first.
+             "--backend-read-timeout=10m", "--log-level=WARN",
+             f"--accesslog-file={self.access_log}", f"--errorlog-file={self.error_log}",
+             str(certificates["key"]), str(certificates["cert"])],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"https://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    log = self.error_log.read_text() if self.error_log.exists() else ""
+                    raise RuntimeError(f"nghttpx did not start: {log[-1000:]}")
+                time.sleep(0.1)
+
+    def protocols(self) -> collections.Counter:
+        """(protocol, route) of every request the front passed on, counted: `"POST
+        /2/files/download HTTP/2" 206 ...` counts as ("HTTP/2", "/2/files/download")."""
+        counts = collections.Counter()
+        for line in self.access_log.read_text().splitlines():
+            request = line.split('"')[1].split()
+            counts[(request[2], request[1])] += 1
+        return counts
+
+    def stop(self):
+        stop_process(self.process)
+
+
+def plain_stats(emulator) -> dict:
+    with urllib.request.urlopen(emulator.url + "/__stats", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def listing(root: Path) -> list:
+    return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*"))
+
+
+def test_reads_over_http2_as_dropbox_serves_them_equal_the_served_files(served, certificates, tmp_path):
+    emulator = Emulator(served, "--latency-ms", "20")
+    front = HTTP2Front(emulator, certificates, tmp_path)
+    try:
+        m = Mount(front, tmp_path / "mnt", "--ca-bundle", str(certificates["ca"]), "--readahead-memory", "64")
+        try:
+            assert listing(m.mountpoint) == listing(served)
+            assert sha256(m.mountpoint / "large.bin") == sha256(served / "large.bin")
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                names = ["b.bin", "c.bin", "d.bin", "small.bin"]
+                digests = list(pool.map(lambda n: sha256(m.mountpoint / n), names))
+            assert digests == [sha256(served / n) for n in names]
+            size = (served / "large.bin").stat().st_size
+            assert plain_stats(emulator)["download_bytes"] >= size
+            rss = peak_rss(m.process.pid)
+            assert rss <= (64 + 64) * MiB, f"peak RSS {rss / MiB:.0f} MiB"
+        finally:
+            m.unmount()
+        protocols = front.protocols()
+        # Every call went over HTTP/2: the listing, the parts, and none fell back to HTTP/1.1.
+        assert protocols[("HTTP/2", "/2/files/download")] >= 12, protocols
+        assert protocols[("HTTP/2", "/2/files/list_folder")] >= 1, protocols
+        assert not [key for key in protocols if key[0] != "HTTP/2"], protocols
+    finally:
+        front.stop()
+        emulator.stop()
+
+
+def test_reads_over_http2_survive_failed_requests_and_cut_bodies(served, certificates, tmp_path):
+    """A body the emulator cuts reaches the mount as an HTTP/2 stream reset by the front (curl
+    error 92, "stream was not closed cleanly", not a closed connection): it must be retried like any
+    transport failure."""
+    emulator = Emulator(served, "--latency-ms", "5", "--fail-rate", "0.10", "--truncate-rate", "0.02", "--seed", "16")
+    front = HTTP2Front(emulator, certificates, tmp_path)
+    try:
+        m = Mount(front, tmp_path / "mnt", "--ca-bundle", str(certificates["ca"]))
+        try:
+            read_until_both_faults(m, served, lambda: plain_stats(emulator))
+        finally:
+            m.unmount()
+        assert front.protocols()[("HTTP/2", "/2/files/download")] > 0
+    finally:
+        front.stop()
         emulator.stop()
