@@ -122,3 +122,25 @@ def test_ratios_svg_parses_and_has_a_bar_per_run(quick_run):
     assert len(rects) >= 2 * len(bench.WORKLOAD_NAMES)
     for rect in rects:
         assert float(rect.get("width")) > 0 and float(rect.get("height")) > 0
+
+
+def test_the_http2_rows_go_over_http2_through_an_nghttpx_front(quick_run, tmp_path):
+    """The opt-in HTTP/2 rows (as Dropbox answers TLS clients): the mount and curl reach the
+    emulator through nghttpx, and every request the front passed on came in over HTTP/2."""
+    if not shutil.which("nghttpx"):
+        if os.environ.get("CI"):
+            pytest.fail("nghttpx is missing: .ci/run installs Debian's nghttp2-proxy package")
+        pytest.skip("nghttpx is not installed (apt-get install nghttp2-proxy)")
+    # quick_run has built the release binaries; this build finds nothing to do.
+    result = subprocess.run([sys.executable, str(RUNNER), "--quick", "--only", "seq-read-http2-50ms-link-300m",
+                             "--out", str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, timeout=1800)
+    assert result.returncode == 0, f"bench/run.py failed:\n{result.stderr[-4000:]}"
+    (row,) = json.loads((tmp_path / "results.json").read_text())["workloads"]
+    assert "error" not in row, row
+    assert row["http2"] and row["tls"] and row["scheme"] == "https", row
+    assert row["output_matches_baseline"] is True
+    protocols = row["front_requests_by_protocol"]
+    assert set(protocols) == {"HTTP/2"} and protocols["HTTP/2"] >= 3, protocols
+    assert positive(row["cold"]["median_mb_per_s"]) and positive(row["baseline"]["median_mb_per_s"])
+    assert "TLS, HTTP/2" in (tmp_path / "results.md").read_text()

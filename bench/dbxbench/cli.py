@@ -132,7 +132,7 @@ def main(argv=None):
                                                                  args.bandwidth, logdir)
                 runner.emulator.warm_up(root, fixture_layout(spec))
             log(f"{workload['name']}: {workload['what']} (latency {runner.latency_for(workload)} ms"
-                f"{', TLS' if workload.get('tls') else ''})")
+                f"{', TLS' if workload.get('tls') else ''}{', HTTP/2' if workload.get('http2') else ''})")
             try:
                 results["workloads"].append(runner.run_workload(workload))
             except BenchError as error:

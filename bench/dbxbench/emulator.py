@@ -1,7 +1,9 @@
-"""Starting and stopping dbx-emulator, its admin calls (stats, knobs), warming it up, and the
-throw-away CA of the TLS rows."""
+"""Starting and stopping dbx-emulator, its admin calls (stats, knobs), warming it up, the
+throw-away CA of the TLS rows, and the HTTP/2 front of the HTTP/2 rows."""
 import http.client
 import json
+import shutil
+import socket
 import ssl
 import subprocess
 import time
@@ -154,4 +156,69 @@ class Emulator:
         _stop(self.process)
         if self.process in _children:
             _children.remove(self.process)
+        self.log_file.close()
+
+
+class HTTP2Front:
+    """nghttpx (Debian's nghttp2-proxy) in front of a plain-HTTP emulator. Dropbox's servers answer
+    TLS clients in HTTP/2 (ALPN), and libcurl, like curl, asks for it over TLS unless told
+    otherwise; the emulator speaks HTTP/1.1 only. The front ends TLS with the throw-away CA, speaks
+    HTTP/2 to the mount and to curl, and HTTP/1.1 to the emulator. `url` and `tls` are the front's;
+    the admin calls, stats and knobs go to the emulator behind it (`backend`), whose process is the
+    one whose CPU is counted. The front's own CPU is counted in no column."""
+
+    def __init__(self, backend, tls, logdir, start_timeout=20):
+        binary = shutil.which("nghttpx")
+        if not binary:
+            raise BenchError("the HTTP/2 rows need nghttpx: apt-get install nghttp2-proxy")
+        self.backend, self.tls = backend, tls
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        backend_port = backend.url.rsplit(":", 1)[1]
+        self.log_path = logdir / "nghttpx.log"
+        self.log_file = open(self.log_path, "ab")
+        self.access_log = logdir / "nghttpx-access.log"
+        self.access_log.unlink(missing_ok=True)
+        self.front = subprocess.Popen(
+            [binary, "--conf=/dev/null", f"--frontend=127.0.0.1,{port}", f"--backend=127.0.0.1,{backend_port}",
+             "--workers=1", "--no-ocsp", "--backend-read-timeout=10m", "--log-level=WARN",
+             f"--accesslog-file={self.access_log}", str(tls["key"]), str(tls["cert"])],
+            stdout=self.log_file, stderr=self.log_file)
+        _children.append(self.front)
+        self.url = f"https://127.0.0.1:{port}"
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if self.front.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise BenchError(f"nghttpx did not start (see {self.log_path})")
+                time.sleep(0.05)
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def protocols(self):
+        """Requests the front passed on so far, by the protocol they came in (its access log:
+        `"POST /2/files/download HTTP/2" 206 ...`)."""
+        counts = {}
+        if self.access_log.exists():
+            for line in self.access_log.read_text(errors="replace").splitlines():
+                fields = line.split('"')
+                request = fields[1].split() if len(fields) > 1 else []
+                protocol = request[-1] if len(request) == 3 else "unparsed"
+                counts[protocol] = counts.get(protocol, 0) + 1
+        return counts
+
+    def alive(self):
+        return self.front.poll() is None and self.backend.alive()
+
+    def stop(self):
+        """Stops the front only: the emulator behind it is the runner's."""
+        _stop(self.front)
+        if self.front in _children:
+            _children.remove(self.front)
         self.log_file.close()

@@ -106,7 +106,7 @@ def results_markdown(results):
     for w in results["workloads"]:
         if "error" not in w:
             link = f", {w['bandwidth'] / 1e9:g} GB/s cap" if w.get("bandwidth") else ""
-            link += ", TLS" if w.get("tls") else ""
+            link += (", TLS, HTTP/2" if w.get("http2") else ", TLS") if w.get("tls") else ""
             lines.append(f"- `{w['name']}` ({w['latency_ms']} ms latency{link}): {w['what']}; baseline: {w['baseline_what']}.")
             if w.get("emulator"):
                 e = w["emulator"]

@@ -9,7 +9,7 @@ import time
 from .common import BenchError, GiB, METADATA, READ, log
 from .processes import children_cpu_seconds, cpu_seconds, evict_page_cache, run_tool
 from .fixtures import MILLION, PINS, fixture_layout, generate_million, generate_pins, million_shape
-from .emulator import Emulator, make_tls
+from .emulator import Emulator, HTTP2Front, make_tls
 from .mounts import Mount
 from .baselines import b_pin_files, remote_reference
 from .workloads import Context, w_find_all, w_find_deep
@@ -82,6 +82,7 @@ class Runner:
         self.ctx = Context(args, spec, root, emulator, args.step_timeout)
         self.mount_count = 0
         self.tls = None     # (emulator, context) of the TLS rows, started by the first of them
+        self.http2 = None   # (front, context) of the HTTP/2 rows, started by the first of them
 
     def latency_for(self, workload_or_kind):
         """A row's own latency (the TLS rows model a real link at 50 or 100 ms, whatever
@@ -104,7 +105,19 @@ class Runner:
             self.tls = (emulator, Context(self.args, self.spec, self.root, emulator, self.args.step_timeout))
         return self.tls
 
+    def http2_front(self):
+        """An HTTP/2 front (nghttpx, TLS with the throw-away CA) to the runner's own emulator."""
+        if self.http2 is None or self.http2[0].backend is not self.emulator or not self.http2[0].alive():
+            if self.http2 is not None:
+                self.http2[0].stop()
+            certificates = make_tls(self.workdir / "tls-http2")
+            front = HTTP2Front(self.emulator, certificates, self.logdir)
+            self.http2 = (front, Context(self.args, self.spec, self.root, front, self.args.step_timeout))
+        return self.http2
+
     def close(self):
+        if self.http2 is not None:
+            self.http2[0].stop()
         if self.tls is not None:
             self.tls[0].stop()
         if self.emulator:
@@ -149,7 +162,10 @@ class Runner:
             return self.run_pin(workload)
         name, metric = workload["name"], workload["metric"]
         emulator, ctx, mount_args = self.emulator, self.ctx, list(self.args.mount_arg) + workload.get("mount_args", [])
-        if workload.get("tls"):
+        if workload.get("http2"):
+            emulator, ctx = self.http2_front()
+            mount_args += ["--ca-bundle", str(emulator.tls["ca"])]
+        elif workload.get("tls"):
             emulator, ctx = self.tls_emulator()
             mount_args += ["--ca-bundle", str(emulator.tls["ca"])]
         if "link" in workload:
@@ -201,6 +217,9 @@ class Runner:
                 mount.close()
         result = self.result(workload, baseline, cold, warm, settle)
         result["scheme"] = emulator.url.split(":", 1)[0]     # https for the TLS rows, as measured
+        if workload.get("http2"):
+            # What the front saw, since it started: the mounts' and curl's requests, none over HTTP/1.1.
+            result["front_requests_by_protocol"] = emulator.protocols()
         if "block" in workload:
             result["remote_reference"] = remote_reference(ctx, workload["block"], self.args.fio_runtime)
         return result
@@ -219,6 +238,7 @@ class Runner:
             "what": workload["what"], "baseline_what": workload["baseline_what"],
             "latency_ms": self.latency_for(workload),
             "tls": bool(workload.get("tls")),
+            "http2": bool(workload.get("http2")),
             "bandwidth": workload.get("bandwidth", self.args.bandwidth),
             "settled": settle,
             "output_matches_baseline": correct,

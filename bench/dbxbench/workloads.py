@@ -270,4 +270,18 @@ OPT_IN_WORKLOADS.append(
      "what": "dd bs=1M of one large file on a new mount whose block cache an earlier mount filled by reading it, "
              "the blocks' pages dropped from the page cache first: no download",
      "baseline_what": "dd bs=1M of the served file, its pages dropped from the page cache first"})
+# The capped TLS rows over HTTP/2, as Dropbox answers: through nghttpx (Debian's nghttp2-proxy) in
+# front of the runner's emulator, which the mount and curl both reach over HTTP/2 (ALPN).
+OPT_IN_WORKLOADS += [
+    {"name": "seq-read-http2-50ms-link-300m", "kind": READ, "metric": "throughput", "run": w_seq_read,
+     "baseline": b_seq_read, "tls": True, "http2": True, "latency_ms": 50, "bandwidth": LINK_TLS,
+     "what": "dd bs=1M of one large file over TLS and HTTP/2 (an nghttpx front), 50 ms per request, the emulator "
+             "capped at 300 MB/s",
+     "baseline_what": "curl of the same file over TLS and HTTP/2 through the same front and cap"},
+    {"name": "par-read-4-http2-50ms-link-300m", "kind": READ, "metric": "throughput", "run": w_par_read,
+     "baseline": b_par_read, "tls": True, "http2": True, "latency_ms": 50, "bandwidth": LINK_TLS,
+     "what": "4 parallel dd bs=1M of 4 different large files over TLS and HTTP/2 (an nghttpx front), 50 ms per "
+             "request, the emulator capped at 300 MB/s in all",
+     "baseline_what": "4 parallel curls of the same files over TLS and HTTP/2 through the same front and cap"},
+]
 OPT_IN_NAMES = [w["name"] for w in OPT_IN_WORKLOADS]
