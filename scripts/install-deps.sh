@@ -22,8 +22,8 @@ install_missing -- fuse3 libfuse3-dev libcurl4-openssl-dev libsqlite3-dev libgd-
   python3 python3-pip
 # Real file managers for the desktop tests (Tests/Desktop): an X server, a session bus, Nautilus,
 # Thunar with tumbler, ImageMagick's import for screenshots, a Prometheus server that scrapes a
-# mount's metrics (Tests/Mount/test_metrics.py), and nghttpx, an HTTP/2 front to the emulator as
-# Dropbox answers TLS clients (Tests/Mount/test_tls_reads.py, the runner's HTTP/2 rows). Without
+# mount's metrics (Tests/Mount/test_metrics.py), and nghttpx, an HTTP/2 front to the emulator, as
+# libcurl asks for over TLS (Tests/Mount/test_tls_reads.py, the runner's HTTP/2 rows). Without
 # recommends: the GNOME search and sharing stack they would pull in plays no part in showing a folder.
 install_missing --no-install-recommends -- xvfb dbus-x11 nautilus thunar tumbler imagemagick prometheus nghttp2-proxy
 

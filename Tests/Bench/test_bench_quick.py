@@ -125,7 +125,7 @@ def test_ratios_svg_parses_and_has_a_bar_per_run(quick_run):
 
 
 def test_the_http2_rows_go_over_http2_through_an_nghttpx_front(quick_run, tmp_path):
-    """The opt-in HTTP/2 rows (as Dropbox answers TLS clients): the mount and curl reach the
+    """The opt-in HTTP/2 rows (libcurl asks for HTTP/2 over TLS): the mount and curl reach the
     emulator through nghttpx, and every request the front passed on came in over HTTP/2."""
     if not shutil.which("nghttpx"):
         if os.environ.get("CI"):

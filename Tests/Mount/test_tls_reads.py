@@ -188,9 +188,8 @@ def test_a_mount_without_the_ca_fails_in_one_line(served, certificates, tmp_path
 
 
 class HTTP2Front:
-    """Dropbox's servers answer TLS clients in HTTP/2 (ALPN), and libcurl asks for it over TLS
-    unless told otherwise, so against Dropbox every call and every ranged part goes over HTTP/2.
-    The emulator speaks HTTP/1.1 only; nghttpx (Debian's nghttp2-proxy) in front of it ends TLS,
+    """libcurl asks for HTTP/2 over TLS (ALPN) unless told otherwise, so against a server that
+    offers it every call and every ranged part goes over HTTP/2. The emulator speaks HTTP/1.1 only; nghttpx (Debian's nghttp2-proxy) in front of it ends TLS,
     speaks HTTP/2 to the mount and HTTP/1.1 to the emulator, and logs the protocol of each request."""
 
     def __init__(self, emulator: Emulator, certificates: dict, folder: Path):
@@ -241,7 +240,7 @@ def listing(root: Path) -> list:
     return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*"))
 
 
-def test_reads_over_http2_as_dropbox_serves_them_equal_the_served_files(served, certificates, tmp_path):
+def test_reads_over_http2_equal_the_served_files(served, certificates, tmp_path):
     emulator = Emulator(served, "--latency-ms", "20")
     front = HTTP2Front(emulator, certificates, tmp_path)
     try:

@@ -160,9 +160,9 @@ class Emulator:
 
 
 class HTTP2Front:
-    """nghttpx (Debian's nghttp2-proxy) in front of a plain-HTTP emulator. Dropbox's servers answer
-    TLS clients in HTTP/2 (ALPN), and libcurl, like curl, asks for it over TLS unless told
-    otherwise; the emulator speaks HTTP/1.1 only. The front ends TLS with the throw-away CA, speaks
+    """nghttpx (Debian's nghttp2-proxy) in front of a plain-HTTP emulator. libcurl, like curl, asks
+    for HTTP/2 over TLS (ALPN) unless told otherwise, and uses it wherever the server offers it;
+    the emulator speaks HTTP/1.1 only. The front ends TLS with the throw-away CA, speaks
     HTTP/2 to the mount and to curl, and HTTP/1.1 to the emulator. `url` and `tls` are the front's;
     the admin calls, stats and knobs go to the emulator behind it (`backend`), whose process is the
     one whose CPU is counted. The front's own CPU is counted in no column."""

@@ -270,7 +270,7 @@ OPT_IN_WORKLOADS.append(
      "what": "dd bs=1M of one large file on a new mount whose block cache an earlier mount filled by reading it, "
              "the blocks' pages dropped from the page cache first: no download",
      "baseline_what": "dd bs=1M of the served file, its pages dropped from the page cache first"})
-# The capped TLS rows over HTTP/2, as Dropbox answers: through nghttpx (Debian's nghttp2-proxy) in
+# The capped TLS rows over HTTP/2, which libcurl asks for over TLS: through nghttpx (Debian's nghttp2-proxy) in
 # front of the runner's emulator, which the mount and curl both reach over HTTP/2 (ALPN).
 OPT_IN_WORKLOADS += [
     {"name": "seq-read-http2-50ms-link-300m", "kind": READ, "metric": "throughput", "run": w_seq_read,
