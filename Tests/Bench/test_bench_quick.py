@@ -124,23 +124,43 @@ def test_ratios_svg_parses_and_has_a_bar_per_run(quick_run):
         assert float(rect.get("width")) > 0 and float(rect.get("height")) > 0
 
 
-def test_the_http2_rows_go_over_http2_through_an_nghttpx_front(quick_run, tmp_path):
-    """The opt-in HTTP/2 rows (libcurl asks for HTTP/2 over TLS): the mount and curl reach the
-    emulator through nghttpx, and every request the front passed on came in over HTTP/2."""
+
+@pytest.fixture(scope="module")
+def opt_in_run(quick_run, tmp_path_factory):
+    """Two opt-in rows in quick mode: one over HTTP/2 (nghttpx must be there), one after another read."""
     if not shutil.which("nghttpx"):
         if os.environ.get("CI"):
             pytest.fail("nghttpx is missing: .ci/run installs Debian's nghttp2-proxy package")
         pytest.skip("nghttpx is not installed (apt-get install nghttp2-proxy)")
+    out = tmp_path_factory.mktemp("bench-opt-in")
     # quick_run has built the release binaries; this build finds nothing to do.
     result = subprocess.run([sys.executable, str(RUNNER), "--quick", "--only", "seq-read-http2-50ms-link-300m",
-                             "--out", str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, timeout=1800)
+                             "seq-read-tls-50ms-link-300m-after-another", "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
     assert result.returncode == 0, f"bench/run.py failed:\n{result.stderr[-4000:]}"
-    (row,) = json.loads((tmp_path / "results.json").read_text())["workloads"]
-    assert "error" not in row, row
+    rows = {w["name"]: w for w in json.loads((out / "results.json").read_text())["workloads"]}
+    for row in rows.values():
+        assert "error" not in row, row
+        assert row["output_matches_baseline"] is True, row["name"]
+        assert positive(row["cold"]["median_mb_per_s"]) and positive(row["baseline"]["median_mb_per_s"])
+    return out, rows
+
+
+def test_the_http2_rows_go_over_http2_through_an_nghttpx_front(opt_in_run):
+    """The opt-in HTTP/2 rows (libcurl asks for HTTP/2 over TLS): the mount and curl reach the
+    emulator through nghttpx, and every request the front passed on came in over HTTP/2."""
+    out, rows = opt_in_run
+    row = rows["seq-read-http2-50ms-link-300m"]
     assert row["http2"] and row["tls"] and row["scheme"] == "https", row
-    assert row["output_matches_baseline"] is True
     protocols = row["front_requests_by_protocol"]
     assert set(protocols) == {"HTTP/2"} and protocols["HTTP/2"] >= 3, protocols
-    assert positive(row["cold"]["median_mb_per_s"]) and positive(row["baseline"]["median_mb_per_s"])
-    assert "TLS, HTTP/2" in (tmp_path / "results.md").read_text()
+    assert "TLS, HTTP/2" in (out / "results.md").read_text()
+
+
+def test_a_row_after_another_read_counts_only_its_own_read(opt_in_run):
+    """The read run first is not measured: the row's downloads are its own file's, once."""
+    _, rows = opt_in_run
+    row = rows["seq-read-tls-50ms-link-300m-after-another"]
+    returned = row["cold"]["median_bytes_returned"]
+    assert positive(returned)
+    assert returned <= row["cold"]["bytes_downloaded"] <= 1.1 * returned, row["cold"]

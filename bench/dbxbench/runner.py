@@ -199,6 +199,9 @@ class Runner:
                 if settle:
                     emulator.wait_for_longpoll(self.args.step_timeout)
                     emulator.reset_stats()
+                if workload.get("prepare"):
+                    workload["prepare"](ctx, mountpoint)     # not measured: what the row runs after
+                    emulator.reset_stats()
                 t0 = time.monotonic()
                 before = self.cpu_now(emulator, mount)
                 sample = workload["run"](ctx, mountpoint)
