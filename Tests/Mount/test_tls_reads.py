@@ -1,8 +1,9 @@
 """issue 16: reads over TLS, as every byte from Dropbox comes. A throw-away CA signs the
 emulator's certificate; the mount trusts it through --ca-bundle and verifies it as it would
 Dropbox's. What is read equals what is served, under injected faults too; connections are kept
-alive across parts; the mount stays within its read-ahead budget. Outcomes, not speed: speed is
-the benchmark runner's (bench/run.py, its TLS rows)."""
+alive across parts; the mount stays within its read-ahead budget. The same over HTTP/2, which
+libcurl asks for over TLS, through an nghttpx front (`HTTP2Front`). Outcomes, not speed: speed is
+the benchmark runner's (bench/run.py, its TLS and HTTP/2 rows)."""
 import collections
 import concurrent.futures
 import hashlib
