@@ -124,7 +124,6 @@ def test_ratios_svg_parses_and_has_a_bar_per_run(quick_run):
         assert float(rect.get("width")) > 0 and float(rect.get("height")) > 0
 
 
-
 @pytest.fixture(scope="module")
 def opt_in_run(quick_run, tmp_path_factory):
     """Two opt-in rows in quick mode: one over HTTP/2 (nghttpx must be there), one after another read."""

@@ -202,8 +202,8 @@ class HTTP2Front:
         return getattr(self.backend, name)
 
     def protocols(self):
-        """Requests the front passed on so far, by the protocol they came in (its access log:
-        `"POST /2/files/download HTTP/2" 206 ...`)."""
+        """Requests the front passed on since it started, by the protocol they came in (its access
+        log: `"POST /2/files/download HTTP/2" 206 ...`)."""
         counts = {}
         if self.access_log.exists():
             for line in self.access_log.read_text(errors="replace").splitlines():

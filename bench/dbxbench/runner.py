@@ -177,6 +177,7 @@ class Runner:
         # (the metadata workloads time that listing), unless the workload is about a fresh mount.
         settle = workload["kind"] == READ and workload.get("settle", True)
         cold, warm, baseline = [], [], []
+        front_before = emulator.protocols() if workload.get("http2") else {}
         for repeat in range(self.args.repeats):
             # The baseline first, interleaved with the mount's runs so that noise hits both.
             if workload["baseline"] == "local":
@@ -221,8 +222,10 @@ class Runner:
         result = self.result(workload, baseline, cold, warm, settle)
         result["scheme"] = emulator.url.split(":", 1)[0]     # https for the TLS rows, as measured
         if workload.get("http2"):
-            # What the front saw, since it started: the mounts' and curl's requests, none over HTTP/1.1.
-            result["front_requests_by_protocol"] = emulator.protocols()
+            # What the front passed on for this row (the mounts' and curl's requests), by protocol.
+            result["front_requests_by_protocol"] = {
+                protocol: count - front_before.get(protocol, 0)
+                for protocol, count in emulator.protocols().items() if count > front_before.get(protocol, 0)}
         if "block" in workload:
             result["remote_reference"] = remote_reference(ctx, workload["block"], self.args.fio_runtime)
         return result
