@@ -126,7 +126,8 @@ def test_ratios_svg_parses_and_has_a_bar_per_run(quick_run):
 
 @pytest.fixture(scope="module")
 def opt_in_run(quick_run, tmp_path_factory):
-    """Two opt-in rows in quick mode: one over HTTP/2 (nghttpx must be there), one after another read."""
+    """Three opt-in rows in quick mode: one over HTTP/2 (nghttpx must be there), one after another
+    read, one read 16 KiB at a time with --direct-io."""
     if not shutil.which("nghttpx"):
         if os.environ.get("CI"):
             pytest.fail("nghttpx is missing: .ci/run installs Debian's nghttp2-proxy package")
@@ -134,7 +135,8 @@ def opt_in_run(quick_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench-opt-in")
     # quick_run has built the release binaries; this build finds nothing to do.
     result = subprocess.run([sys.executable, str(RUNNER), "--quick", "--only", "seq-read-http2-50ms-link-300m",
-                             "seq-read-tls-50ms-link-300m-after-another", "--out", str(out)], cwd=REPO,
+                             "seq-read-tls-50ms-link-300m-after-another", "seq-read-tls-50ms-link-300m-16k-direct-io",
+                             "--out", str(out)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
     assert result.returncode == 0, f"bench/run.py failed:\n{result.stderr[-4000:]}"
     rows = {w["name"]: w for w in json.loads((out / "results.json").read_text())["workloads"]}
@@ -160,6 +162,17 @@ def test_a_row_after_another_read_counts_only_its_own_read(opt_in_run):
     """The read run first is not measured: the row's downloads are its own file's, once."""
     _, rows = opt_in_run
     row = rows["seq-read-tls-50ms-link-300m-after-another"]
+    returned = row["cold"]["median_bytes_returned"]
+    assert positive(returned)
+    assert returned <= row["cold"]["bytes_downloaded"] <= 1.1 * returned, row["cold"]
+
+
+def test_small_reads_with_direct_io_download_the_file_once(opt_in_run):
+    """Every 16 KiB read(2) reaches the mount with --direct-io; the stream still downloads each
+    byte once, not a request per read."""
+    _, rows = opt_in_run
+    row = rows["seq-read-tls-50ms-link-300m-16k-direct-io"]
+    assert row["mount_args"] == ["--direct-io"], row
     returned = row["cold"]["median_bytes_returned"]
     assert positive(returned)
     assert returned <= row["cold"]["bytes_downloaded"] <= 1.1 * returned, row["cold"]

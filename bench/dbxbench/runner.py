@@ -245,6 +245,7 @@ class Runner:
             "latency_ms": self.latency_for(workload),
             "tls": bool(workload.get("tls")),
             "http2": bool(workload.get("http2")),
+            "mount_args": workload.get("mount_args", []),
             "bandwidth": workload.get("bandwidth", self.args.bandwidth),
             "settled": settle,
             "output_matches_baseline": correct,
