@@ -104,4 +104,5 @@ def test_without_a_saved_tree_an_unreachable_dropbox_fails_in_one_line(tmp_path)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "curl error 7" in lines[0], result.stderr
+    assert lines[0].count("cannot reach Dropbox") == 1, lines[0]
     assert not is_mounted(tmp_path / "mnt")

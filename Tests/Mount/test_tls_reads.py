@@ -8,6 +8,7 @@ import collections
 import concurrent.futures
 import hashlib
 import json
+import os
 import random
 import socket
 import ssl
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Emulator, Mount, free_port, required_tool, stop_process
+from conftest import DBX_MOUNT, Emulator, Mount, free_port, is_mounted, required_tool, stop_process
 
 MiB = 1 << 20
 
@@ -185,6 +186,35 @@ def test_a_mount_without_the_ca_fails_in_one_line(served, certificates, tmp_path
         message = str(failure.value)
         assert "certificate" in message.lower() or "ssl" in message.lower() or "tls" in message.lower(), message
     finally:
+        emulator.stop()
+
+
+def test_a_ca_bundle_that_holds_no_certificate_is_refused_before_mounting_offline(served, certificates, tmp_path):
+    """libcurl tells of a CA bundle it cannot use only when it connects, as a failure to reach
+    Dropbox; with a saved tree that would mount offline. The bundle is checked first instead."""
+    emulator = tls_emulator(served, certificates)
+    cache = tmp_path / "cache"
+    try:
+        m = Mount(emulator, tmp_path / "mnt", "--ca-bundle", str(certificates["ca"]), cache_home=cache)
+        try:
+            assert (m.mountpoint / "small.bin").read_bytes() == (served / "small.bin").read_bytes()
+        finally:
+            m.unmount()
+        assert list((cache / "dbx-mount").rglob("*.sqlite*")), "the tree was saved: a failed connection would mount offline"
+        not_pem = tmp_path / "not-a-bundle.pem"
+        not_pem.write_text("not a certificate\n")
+        env = dict(os.environ, DBX_ACCESS_TOKEN="emulator-token", DBX_API_URL=emulator.url,
+                   DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url, XDG_CACHE_HOME=str(cache))
+        for bundle, words in ((not_pem, "holds no PEM certificate"), (tmp_path / "absent.pem", "No such file"),
+                              (tmp_path, "is not a file")):
+            result = subprocess.run([str(DBX_MOUNT), "-f", "--ca-bundle", str(bundle), str(tmp_path / "mnt")], env=env,
+                                    capture_output=True, text=True, timeout=60)
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 64 and len(lines) == 1 and words in lines[0], (bundle, result)
+            assert not is_mounted(tmp_path / "mnt")
+    finally:
+        if is_mounted(tmp_path / "mnt"):     # only if the bundle was taken for an outage
+            subprocess.run(["fusermount3", "-u", "-z", str(tmp_path / "mnt")], capture_output=True, check=False)
         emulator.stop()
 
 

@@ -37,7 +37,11 @@ struct AccountOptions: ParsableArguments {
         return DropboxEndpoints(api: api, content: DropboxEndpoints.dropbox.content, notify: DropboxEndpoints.dropbox.notify)
     }
 
-    func transport() -> CurlTransport { CurlTransport(caBundlePath: caBundle) }
+    /// The transport for the account's calls; a CA bundle that cannot be one ends the command (64).
+    func transport() -> CurlTransport {
+        if let caBundle, let problem = CABundle.problem(at: caBundle) { exitWithMessage(problem, code: 64) }
+        return CurlTransport(caBundlePath: caBundle)
+    }
 
     /// Loads the config, exiting with its message if it is refused.
     func loadConfig() -> AccountConfig? {

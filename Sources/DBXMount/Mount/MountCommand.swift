@@ -188,10 +188,11 @@ struct MountCommand: ParsableCommand {
             guard (1...64).contains(value) else { throw UsageError("listing_concurrency needs a number from 1 to 64, not \(value)") }
             filesystemOptions.listingConcurrency = Int(value)
         }
+        let caBundlePath = caBundle ?? options.settings["ca_bundle"]
+        if let caBundlePath, let problem = CABundle.problem(at: caBundlePath) { throw UsageError(problem) }
         // Idle handles keep their TLS connections: as many as the read engine's parallel requests,
         // so a stream's next parts never pay a new handshake.
-        let transport = CurlTransport(caBundlePath: caBundle ?? options.settings["ca_bundle"],
-                                      maxIdleHandles: CurlTransport.poolCapacity)
+        let transport = CurlTransport(caBundlePath: caBundlePath, maxIdleHandles: CurlTransport.poolCapacity)
         let credentials = try self.credentials(options: options, environment: environment, endpoints: endpoints,
                                                transport: transport, logger: logger)
         let client = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
@@ -242,7 +243,9 @@ struct MountCommand: ParsableCommand {
         // A shared link is the mounted folder, read through the link's routes (LinkOptions.swift).
         var api: any DropboxAPI = mountedClient
         if let link {
-            if let unreachable { fail("cannot reach Dropbox: \(unreachable) (\(endpoints.api)); a shared link is not kept for offline use", code: 1) }
+            if let unreachable {
+                fail("\(Self.unreachableSummary(unreachable)) (\(endpoints.api)); a shared link is not kept for offline use", code: 1)
+            }
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport)
             let target = LinkOptions.target(of: link, client: checkingClient) { fail($0, code: 1) }
             switch target {
@@ -278,7 +281,7 @@ struct MountCommand: ParsableCommand {
                 + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
         if let unreachable {
             guard let store, FileManager.default.fileExists(atPath: store.directory + "/" + SQLiteMetadataStore.fileName(key: store.key)) else {
-                fail("cannot reach Dropbox: \(unreachable) (\(endpoints.api)); no saved tree of \(source.isEmpty ? "the account" : source) to mount offline", code: 1)
+                fail("\(Self.unreachableSummary(unreachable)) (\(endpoints.api)); no saved tree of \(source.isEmpty ? "the account" : source) to mount offline", code: 1)
             }
             filesystemOptions.startsOffline = true
             logger.warning("Dropbox cannot be reached; mounted offline from the saved tree, following changes once it answers",
@@ -387,6 +390,12 @@ struct MountCommand: ParsableCommand {
 
     /// Dropbox could not be reached (a connection that failed, or a server that answered only
     /// 5xx): a mount with a saved tree may start offline. A refused token never is.
+    /// "cannot reach Dropbox: ..." said once: a transport failure's own summary already says it.
+    static func unreachableSummary(_ error: DropboxError) -> String {
+        if case .transport = error { return error.description }
+        return "cannot reach Dropbox: \(error)"
+    }
+
     static func isUnreachable(_ error: DropboxError) -> Bool {
         switch error {
         case .transport, .server: true
