@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, Emulator, Mount, free_port, is_mounted, required_tool, stop_process
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, free_port, is_mounted, required_tool, stop_process
 
 MiB = 1 << 20
 
@@ -203,7 +203,7 @@ def test_a_ca_bundle_that_holds_no_certificate_is_refused_before_mounting_offlin
         assert list((cache / "dbx-mount").rglob("*.sqlite*")), "the tree was saved: a failed connection would mount offline"
         not_pem = tmp_path / "not-a-bundle.pem"
         not_pem.write_text("not a certificate\n")
-        env = dict(os.environ, DBX_ACCESS_TOKEN="emulator-token", DBX_API_URL=emulator.url,
+        env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url,
                    DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url, XDG_CACHE_HOME=str(cache))
         for bundle, words in ((not_pem, "holds no PEM certificate"), (tmp_path / "absent.pem", "No such file"),
                               (tmp_path, "is not a file")):

@@ -390,17 +390,17 @@ struct MountCommand: ParsableCommand {
 
     /// Dropbox could not be reached (a connection that failed, or a server that answered only
     /// 5xx): a mount with a saved tree may start offline. A refused token never is.
-    /// "cannot reach Dropbox: ..." said once: a transport failure's own summary already says it.
-    static func unreachableSummary(_ error: DropboxError) -> String {
-        if case .transport = error { return error.description }
-        return "cannot reach Dropbox: \(error)"
-    }
-
     static func isUnreachable(_ error: DropboxError) -> Bool {
         switch error {
         case .transport, .server: true
         default: false
         }
+    }
+
+    /// "cannot reach Dropbox: ..." said once: a transport failure's own summary already says it.
+    static func unreachableSummary(_ error: DropboxError) -> String {
+        if case .transport = error { return error.description }
+        return "cannot reach Dropbox: \(error)"
     }
 
     /// `[SOURCE] MOUNTPOINT`, with SOURCE normalised to Dropbox's form ("" or "/a/b").
