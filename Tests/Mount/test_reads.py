@@ -283,6 +283,24 @@ def test_a_shared_mmap_reads_the_served_bytes_with_and_without_direct_io(files, 
         assert m[-5:] == (files / "a.bin").read_bytes()[-5:]
 
 
+def test_an_application_s_o_direct_reads_the_served_bytes_past_the_page_cache(files, reads_emulator, mount):
+    """O_DIRECT (dd iflag=direct) on a default mount: the kernel sends the reads past the page
+    cache whatever the open reply says, so each read downloads again; FUSE needs no alignment."""
+    mnt = mount()
+    size = (files / "a.bin").stat().st_size
+    served = (files / "a.bin").read_bytes()
+    reset_stats(reads_emulator)
+    for _ in range(2):
+        out = subprocess.run(["dd", f"if={mnt / 'a.bin'}", "iflag=direct", "bs=1M", "status=none"],
+                             capture_output=True, check=True).stdout
+        assert hashlib.sha256(out).hexdigest() == hashlib.sha256(served).hexdigest()
+    downloaded = stats(reads_emulator)["download_bytes"]
+    assert downloaded >= 2 * size - 2 * MiB, f"{downloaded} bytes downloaded for two O_DIRECT reads of {size}"
+    odd = subprocess.run(["dd", f"if={mnt / 'a.bin'}", "iflag=direct", "bs=1000", "skip=7", "count=3", "status=none"],
+                         capture_output=True, check=True).stdout
+    assert odd == served[7000:10000]
+
+
 def test_without_direct_io_a_second_read_comes_from_the_page_cache(files, reads_emulator, mount):
     mnt = mount()
     size = (files / "c.bin").stat().st_size
