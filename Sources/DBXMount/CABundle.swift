@@ -8,7 +8,9 @@ enum CABundle {
     /// Far over any real bundle (Debian's holds about 150 certificates in about 220 KB); a larger
     /// file is not read into memory to look for certificates.
     static let maximumSize = 64 << 20
-    static let certificateMarker = "-----BEGIN CERTIFICATE-----"
+    /// The PEM headers OpenSSL reads a CA certificate from (`PEM_X509_INFO_read_bio`).
+    static let certificateMarkers = ["-----BEGIN CERTIFICATE-----", "-----BEGIN TRUSTED CERTIFICATE-----",
+                                     "-----BEGIN X509 CERTIFICATE-----"]
 
     /// Why `path` cannot be the CA bundle, in one line; nil when it is a readable file holding at
     /// least one PEM certificate (libcurl reads the bundle as PEM).
@@ -20,8 +22,8 @@ enum CABundle {
         guard info.st_mode & S_IFMT == S_IFREG else { return "the CA bundle \(path) is not a file" }
         guard info.st_size <= maximumSize else { return "the CA bundle \(path) is over 64 MiB: not a file of certificates" }
         guard let contents = FileManager.default.contents(atPath: path) else { return "cannot read the CA bundle \(path)" }
-        guard contents.range(of: Data(certificateMarker.utf8)) != nil else {
-            return "the CA bundle \(path) holds no PEM certificate (\(certificateMarker))"
+        guard certificateMarkers.contains(where: { contents.range(of: Data($0.utf8)) != nil }) else {
+            return "the CA bundle \(path) holds no PEM certificate (\(certificateMarkers[0]))"
         }
         return nil
     }

@@ -194,8 +194,13 @@ def test_a_ca_bundle_that_holds_no_certificate_is_refused_before_mounting_offlin
     Dropbox; with a saved tree that would mount offline. The bundle is checked first instead."""
     emulator = tls_emulator(served, certificates)
     cache = tmp_path / "cache"
+    # OpenSSL's other PEM form of a CA ("BEGIN TRUSTED CERTIFICATE"), which libcurl takes too.
+    trusted = tmp_path / "trusted.pem"
+    subprocess.run(["openssl", "x509", "-in", str(certificates["ca"]), "-addtrust", "serverAuth", "-trustout",
+                    "-out", str(trusted)], check=True, capture_output=True)
+    assert trusted.read_text().startswith("-----BEGIN TRUSTED CERTIFICATE-----")
     try:
-        m = Mount(emulator, tmp_path / "mnt", "--ca-bundle", str(certificates["ca"]), cache_home=cache)
+        m = Mount(emulator, tmp_path / "mnt", "--ca-bundle", str(trusted), cache_home=cache)
         try:
             assert (m.mountpoint / "small.bin").read_bytes() == (served / "small.bin").read_bytes()
         finally:
