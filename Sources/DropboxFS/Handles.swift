@@ -7,6 +7,8 @@ struct OpenFile {
     var size: UInt64
     /// The handle's read-ahead (issue 6).
     var stream: ReadStream? = nil
+    /// Its reads go through the kernel's page cache (the handle is not `direct_io`).
+    var pageCached = true
     /// For an export document: its exported bytes, which every read of the handle is served from.
     var exported: [UInt8]? = nil
 }

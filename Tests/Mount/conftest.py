@@ -51,10 +51,7 @@ def write_sample_tree(root: Path, big_file_size: int = 256 << 20) -> None:
     sizes.mkdir()
     for size in [1, 1000, 4096, (128 << 10) + 1, 1 << 20, (4 << 20) + 1, 10 << 20]:
         (sizes / f"file-{size}.bin").write_bytes(rng.randbytes(size))
-    with open(sizes / "big.bin", "wb") as big:
-        block = rng.randbytes(1 << 20)
-        for i in range(big_file_size >> 20):   # distinct 1 MiB blocks, so a misplaced range cannot match
-            big.write(i.to_bytes(8, "little") + block[8:])
+    write_numbered_blocks(sizes / "big.bin", big_file_size >> 20, rng.randbytes(1 << 20))
     names = root / "names"
     names.mkdir()
     for name in [
@@ -78,6 +75,14 @@ def write_sample_tree(root: Path, big_file_size: int = 256 << 20) -> None:
     old = root / "old.txt"
     old.write_bytes(b"old\n")
     os.utime(old, (1_500_000_000, 1_500_000_000))
+
+
+def write_numbered_blocks(path: Path, count: int, block: bytes) -> None:
+    """`count` blocks of `block`'s size, each starting with its own number, so that a misplaced
+    range cannot match (and writing a large file costs no more random bytes than one block)."""
+    with open(path, "wb") as f:
+        for i in range(count):
+            f.write(i.to_bytes(8, "little") + block[8:])
 
 
 def write_wide_folder(folder: Path, count: int) -> None:

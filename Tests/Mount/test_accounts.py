@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, Emulator, is_mounted, stop_mount
+from conftest import DBX_MOUNT, Emulator, is_mounted, stop_mount, write_numbered_blocks
 
 APP_KEY = "test-app-key"
 SEED_REFRESH = "seed-refresh-token-unused-by-dbx-mount"
@@ -238,10 +238,7 @@ def test_mount_refreshes_short_lived_tokens_while_streaming_and_finding(session,
     served = tmp_path / "served"
     served.mkdir()
     rng = random.Random(7)
-    block = rng.randbytes(1 << 20)
-    with open(served / "big.bin", "wb") as big:
-        for i in range(160):
-            big.write(i.to_bytes(8, "little") + block[8:])
+    write_numbered_blocks(served / "big.bin", 160, rng.randbytes(1 << 20))
     for d in range(20):
         folder = served / f"folder-{d:02d}"
         folder.mkdir()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, TOKEN, Emulator, Mount
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, write_numbered_blocks
 
 MiB = 1 << 20
 
@@ -34,10 +34,7 @@ def files(tmp_path_factory):
                 chunk = min(MiB, size - written)
                 f.write(rng.randbytes(chunk))
                 written += chunk
-    with open(root / "big.bin", "wb") as f:
-        block = rng.randbytes(MiB)
-        for i in range(96):
-            f.write(i.to_bytes(8, "little") + block[8:])
+    write_numbered_blocks(root / "big.bin", 96, rng.randbytes(MiB))
     return root
 
 

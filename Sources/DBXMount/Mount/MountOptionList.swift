@@ -16,7 +16,7 @@ struct MountOptionList {
         "uid", "gid", "umask", "ttl", "deadline", "case_insensitive", "hide_exports", "token_file", "api_url", "content_url",
         "notify_url", "ca_bundle", "cache_dir", "no_cache", "account", "config", "team_space",
         "readahead_memory", "block_cache_dir", "block_cache_size", "foreground", "debug", "log_level", "log_file",
-        "thumbnails", "thumbnail_dir", "listing_concurrency", "direct_io", "metrics_addr", "pin", "pin_bandwidth",
+        "thumbnails", "thumbnail_dir", "listing_concurrency", "direct_io", "keep_page_cache", "metrics_addr", "pin", "pin_bandwidth",
         "link_password_file",
     ]
     /// Mount options libfuse or the kernel understand and that make sense on a read-only mount.

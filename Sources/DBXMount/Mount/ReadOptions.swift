@@ -53,9 +53,19 @@ struct ReadOptions: ParsableArguments {
         directIO || list.settings["direct_io"] != nil
     }
 
+    @Flag(help: ArgumentHelp("Keep every page of a file streamed in the kernel's page cache, as a local disk does. By default, of a file of 512 MiB or more read sequentially, only its first 4 MiB and the 32 MiB behind the reader stay cached: a long stream reuses a few dozen MiB of memory instead of filling the page cache, and a second read downloads the rest again."))
+    var keepPageCache = false
+
+    /// Whether the pages a long read passed stay cached (the flag, else `-o keep_page_cache`).
+    func keepPageCache(_ list: MountOptionList) -> Bool {
+        keepPageCache || list.settings["keep_page_cache"] != nil
+    }
+
     /// The read engine's options from these flags, else their `-o` forms, else the defaults.
     func readAhead(_ list: MountOptionList) throws(UsageError) -> ReadAheadOptions {
         var options = ReadAheadOptions()
+        // With `direct_io` nothing reaches the page cache, so there is nothing to drop.
+        if keepPageCache(list) || directIO(list) { options.dropBehind = nil }
         if let mib = try mebibytes(readaheadMemory, list, "readahead_memory") { options.memoryBudget = mib << 20 }
         if let mib = try mebibytes(blockCacheSize, list, "block_cache_size") { options.blockCacheBytes = mib << 20 }
         if let directory = blockCacheDir ?? list.settings["block_cache_dir"] {

@@ -4,4 +4,7 @@ public enum KernelInvalidation: Sendable, Equatable {
     case entry(parent: InodeNumber, name: String)
     /// An inode's attributes and cached data (pages of a file, the listing of a folder).
     case inode(InodeNumber)
+    /// A byte range of a file's cached pages, which a long read has passed (`DropBehind`); its
+    /// contents are unchanged.
+    case pages(InodeNumber, Range<UInt64>)
 }

@@ -25,9 +25,10 @@ extension DropboxFilesystem {
                 let stream = reader.open(ReadFile(id: file.id, rev: rev, size: file.size)) { [weak self] in
                     self?.isCurrent(slot: slot, rev: rev) ?? false
                 }
-                let handle = state.addFileHandle(OpenFile(slot: slot, rev: rev, size: file.size, stream: stream))
-                return OpenedFile(handle: handle, contentUnchanged: unchanged,
-                                  kernelSizeMayBeStale: !state.tree.isSizeReported(slot) || otherRevOpen)
+                let sizeMayBeStale = !state.tree.isSizeReported(slot) || otherRevOpen
+                let handle = state.addFileHandle(OpenFile(slot: slot, rev: rev, size: file.size, stream: stream,
+                                                          pageCached: !sizeMayBeStale))
+                return OpenedFile(handle: handle, contentUnchanged: unchanged, kernelSizeMayBeStale: sizeMayBeStale)
             }
         }
     }
@@ -65,8 +66,18 @@ extension DropboxFilesystem {
                 throw error
             }
             try ensureCurrent(file)
+            if file.pageCached, let passed = reader.pagesToDrop(stream) { dropFromPageCache(passed, of: file) }
             return bytes
         }
+    }
+
+    /// Tells the kernel to drop pages this handle's reader has passed, unless another handle has
+    /// the file open: the page cache is per inode, and that reader may be behind this one.
+    private func dropFromPageCache(_ range: Range<UInt64>, of file: OpenFile) {
+        let alone = state.withLock { state in
+            state.fileHandles.values.lazy.filter { $0.slot == file.slot }.count == 1
+        }
+        if alone { invalidate([.pages(file.slot.inode, range)]) }
     }
 
     private func isCurrent(slot: Slot, rev: String) -> Bool {

@@ -63,6 +63,9 @@ public struct ReadAheadOptions: Sendable, Equatable {
     public var basePartSize: UInt64 = 8 << 20
     /// The largest single Range request, at a long round trip.
     public var maxPartSize: UInt64 = 32 << 20
+    /// Which pages a long sequential read has passed the kernel is told to drop; nil keeps them
+    /// all (`--keep-page-cache`, `--direct-io`).
+    public var dropBehind: DropBehind? = DropBehind()
     /// Parts one stream keeps transferring at once; more are in flight while they wait for their
     /// first byte.
     public var partsTransferring = 4
@@ -122,6 +125,10 @@ struct StreamState {
     var nextPartSize: UInt64 = 0
     var lastReadEnd: UInt64?
     var furthest: UInt64 = 0
+    /// Where the current sequential run began, and up to where the pages it passed were dropped
+    /// from the kernel's page cache (`DropBehind`).
+    var runStart: UInt64 = 0
+    var dropped: UInt64 = 0
     /// Where the stream ended when the reader had read all of it: a read starting there continues
     /// the stream rather than starting a new one (nil once dropped).
     var drainedAt: UInt64?
@@ -276,6 +283,17 @@ final class ReadEngine: Sendable {
         return FileBytes(pieces: pieces)
     }
 
+    /// Bytes of the stream's file that its reader has passed, for the kernel to drop from its page
+    /// cache now (`DropBehind`); nil while none are due.
+    func pagesToDrop(_ stream: ReadStream) -> Range<UInt64>? {
+        guard let policy = options.dropBehind else { return nil }
+        return stream.state.withLock { s in
+            guard !s.closed, let due = policy.due(fileSize: stream.file.size, runStart: s.runStart, dropped: s.dropped, furthest: s.furthest) else { return nil }
+            s.dropped = due.upperBound
+            return due
+        }
+    }
+
     /// Decides, under the stream's lock, what this read uses and what to fetch.
     private func plan(_ s: inout StreamState, stream: ReadStream, offset: UInt64, end: UInt64, arrived: UInt64) -> Plan {
         let file = stream.file
@@ -313,6 +331,8 @@ final class ReadEngine: Sendable {
             s.window = options.initialWindow
             s.nextPartSize = min(options.initialWindow, partCeiling)
             s.furthest = end
+            s.runStart = offset
+            s.dropped = offset
         } else if end > s.furthest {
             // From the second read on the reader streams: the window doubles, and opens at once
             // to two round trips' worth of bytes, so a long round trip costs the ramp-up one

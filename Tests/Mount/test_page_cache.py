@@ -1,0 +1,119 @@
+"""Drop-behind through a real mount: a file of 512 MiB or more read sequentially leaves only its
+first 4 MiB and the last 32 MiB or so behind its reader in the kernel's page cache, reads exactly
+the served bytes, and downloads each byte once; `--keep-page-cache` (and `-o keep_page_cache`)
+keep every page, and so does a file another handle has open. Residency is the kernel's own
+answer (mincore(2) on a mapping of the file)."""
+import ctypes
+import hashlib
+import json
+import mmap
+import os
+import subprocess
+import urllib.request
+
+import pytest
+
+from conftest import Emulator, write_numbered_blocks
+
+MiB = 1 << 20
+SIZE = 520 * MiB
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("page-cache")
+    write_numbered_blocks(root / "stream.bin", SIZE // MiB, os.urandom(MiB))
+    return root
+
+
+@pytest.fixture(scope="module")
+def emulator(served):
+    """This module's own emulator, which conftest's `mount` fixture mounts."""
+    emulator = Emulator(served)
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def served_digest(served):
+    return sha256_of(served / "stream.bin")
+
+
+def sha256_of(path):
+    """Read with dd in 1 MiB blocks, as a streaming reader would."""
+    dd = subprocess.Popen(["dd", f"if={path}", "bs=1M", "status=none"], stdout=subprocess.PIPE)
+    digest = hashlib.sha256()
+    while chunk := dd.stdout.read(MiB):
+        digest.update(chunk)
+    assert dd.wait(timeout=120) == 0
+    return digest.hexdigest()
+
+
+def downloaded(emulator):
+    with urllib.request.urlopen(emulator.url + "/__stats", timeout=10) as response:
+        return json.loads(response.read())["download_bytes"]
+
+
+def reset(emulator):
+    request = urllib.request.Request(emulator.url + "/__stats/reset", data=b"", method="POST")
+    urllib.request.urlopen(request, timeout=10).read()
+
+
+def resident_pages(path):
+    """Which pages of `path` are in the page cache (1 each, else 0): mincore(2) on a shared
+    mapping of it, which touches none of them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        base = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if base is None or base == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+        try:
+            vector = (ctypes.c_ubyte * ((size + PAGE - 1) // PAGE))()
+            if libc.mincore(base, size, vector) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore {path}")
+            return [v & 1 for v in vector]
+        finally:
+            libc.munmap(base, size)
+    finally:
+        os.close(fd)
+
+
+def test_a_long_stream_leaves_its_head_and_what_is_just_behind_its_reader_in_the_page_cache(
+        served, emulator, served_digest, mount):
+    mnt = mount()
+    reset(emulator)
+    assert sha256_of(mnt / "stream.bin") == served_digest
+    assert downloaded(emulator) <= SIZE + 8 * MiB, "every byte downloaded once"
+    pages = resident_pages(mnt / "stream.bin")
+    resident = sum(pages) * PAGE
+    # Kept: the first 4 MiB, and the 32 MiB behind the furthest read plus at most one 8 MiB step.
+    assert resident <= (4 + 32 + 8) * MiB, f"{resident / MiB:.1f} MiB of the file still cached"
+    head = 4 * MiB // PAGE
+    assert all(pages[:head]), "the first 4 MiB stay cached"
+    assert all(pages[-(32 * MiB // PAGE):]), "the last 32 MiB read stay cached"
+    assert not any(pages[head:len(pages) - 48 * MiB // PAGE]), "the pages the reader passed are dropped"
+
+
+@pytest.mark.parametrize("args", [["--keep-page-cache"], ["-o", "keep_page_cache"]])
+def test_keep_page_cache_keeps_every_page_and_a_second_read_downloads_nothing(
+        served, emulator, served_digest, mount, args):
+    mnt = mount(*args)
+    assert sha256_of(mnt / "stream.bin") == served_digest
+    assert all(resident_pages(mnt / "stream.bin")), "every page stays cached"
+    reset(emulator)
+    assert sha256_of(mnt / "stream.bin") == served_digest
+    assert downloaded(emulator) == 0
+
+
+def test_nothing_is_dropped_while_another_handle_has_the_file_open(served, emulator, served_digest, mount):
+    mnt = mount()
+    with open(mnt / "stream.bin", "rb"):
+        assert sha256_of(mnt / "stream.bin") == served_digest
+        assert all(resident_pages(mnt / "stream.bin")), "the other handle's reader may still need them"
