@@ -49,6 +49,8 @@ public final class DropboxFilesystem: Sendable {
     let invalidationSink = Mutex<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
     let bulkWorkSink = Mutex<(@Sendable () -> Void)?>(nil)
     let stopped = Atomic<Bool>(false)
+    /// Bytes of page cache dropped behind long streams (`Reading/DropBehind.swift`).
+    let droppedPageBytes = Atomic<UInt64>(0)
     let store: (any MetadataStore)?
     /// Exported documents (Exports.swift), whole, within 64 MiB.
     let exports = ExportCache(capacity: 64 << 20)

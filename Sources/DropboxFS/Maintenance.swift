@@ -21,6 +21,9 @@ public struct FilesystemUsage: Sendable {
     /// and the bytes they downloaded, since mounting. Their buffers are outside the budget.
     public var directReads: Int = 0
     public var directReadBytes: UInt64 = 0
+    /// Bytes of page cache the kernel was told to drop behind long streams (`DropBehind`), since
+    /// mounting.
+    public var droppedPageBytes: UInt64 = 0
     /// The link as downloads measured it (`LinkEstimate`): seconds to a request's first byte and
     /// bytes per second of one request's body; nil before the first part arrived.
     public var linkLatency: Double?
@@ -56,6 +59,7 @@ extension DropboxFilesystem {
                                readAheadBytes: reader.budget.usage.reserved, readAheadBudget: reader.options.memoryBudget,
                                blockCacheBytes: reader.cache?.storedBytes, blockCacheCapacity: reader.cache?.capacity,
                                directReads: direct.reads, directReadBytes: direct.bytes,
+                               droppedPageBytes: droppedPageBytes.load(ordering: .relaxed),
                                linkLatency: link.latency, linkRate: link.rate)
     }
 }

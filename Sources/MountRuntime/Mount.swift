@@ -130,6 +130,7 @@ public final class Mount: MountHooks {
             "rss_bytes": "\(ProcessMemory.residentBytes())", "readahead_bytes": "\(usage.readAheadBytes)",
             "open_files": "\(usage.openFiles)", "open_dirs": "\(usage.openDirectories)",
             "direct_reads": "\(usage.directReads)", "direct_read_bytes": "\(usage.directReadBytes)",
+            "dropped_page_bytes": "\(usage.droppedPageBytes)",
         ]
         if let latency = usage.linkLatency { metadata["link_latency_ms"] = "\(Int((latency * 1000).rounded()))" }
         if let rate = usage.linkRate { metadata["link_mb_per_s"] = "\(Int((rate / 1e6).rounded()))" }

@@ -77,7 +77,9 @@ extension DropboxFilesystem {
         let alone = state.withLock { state in
             state.fileHandles.values.lazy.filter { $0.slot == file.slot }.count == 1
         }
-        if alone { invalidate([.pages(file.slot.inode, range)]) }
+        guard alone else { return }
+        droppedPageBytes.add(UInt64(range.count), ordering: .relaxed)
+        invalidate([.pages(file.slot.inode, range)])
     }
 
     private func isCurrent(slot: Slot, rev: String) -> Bool {

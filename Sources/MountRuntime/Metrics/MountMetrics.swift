@@ -40,6 +40,7 @@ public final class MountMetrics: APICallObserver, FUSEOperationObserver {
     private struct ExportedTotals {
         var downloaded: UInt64 = 0
         var rateLimited: UInt64 = 0
+        var droppedPages: UInt64 = 0
     }
 
     static let requestDuration = "dbxmount_dropbox_request_duration_seconds"
@@ -106,12 +107,18 @@ public final class MountMetrics: APICallObserver, FUSEOperationObserver {
         let labels = [mountLabel]
         if let meter = mount.meter {
             let (downloaded, rateLimited) = exported.withLock { totals -> (UInt64, UInt64) in
-                defer { totals = ExportedTotals(downloaded: meter.bytesDownloaded, rateLimited: meter.rateLimited) }
+                defer { totals.downloaded = meter.bytesDownloaded; totals.rateLimited = meter.rateLimited }
                 return (meter.bytesDownloaded &- totals.downloaded, meter.rateLimited &- totals.rateLimited)
             }
             CoreMetrics.Counter(label: "dbxmount_download_bytes_total", dimensions: labels, factory: factory).increment(by: Int64(downloaded))
             CoreMetrics.Counter(label: "dbxmount_dropbox_rate_limited_total", dimensions: labels, factory: factory).increment(by: Int64(rateLimited))
         }
+        let droppedPages = exported.withLock { totals -> UInt64 in
+            defer { totals.droppedPages = usage.droppedPageBytes }
+            return usage.droppedPageBytes &- totals.droppedPages
+        }
+        CoreMetrics.Counter(label: "dbxmount_page_cache_dropped_bytes_total", dimensions: labels, factory: factory)
+            .increment(by: Int64(droppedPages))
         func gauge(_ name: String, _ value: Double) {
             CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory).record(value)
         }
