@@ -44,6 +44,10 @@
 //
 // With `blockCache` set, completed whole blocks are kept on disk by file id and rev, and a part's
 // cached blocks are read from there instead of downloaded (`BlockCache`).
+//
+// Behind the reader. Each stream remembers where its sequential run began and how far its reads
+// have gone, so that the core can tell the kernel to drop the pages a long run has passed
+// (`pagesToDrop`, by the policy in `DropBehind`).
 
 import DropboxClient
 import Foundation
@@ -288,7 +292,9 @@ final class ReadEngine: Sendable {
     func pagesToDrop(_ stream: ReadStream) -> Range<UInt64>? {
         guard let policy = options.dropBehind else { return nil }
         return stream.state.withLock { s in
-            guard !s.closed, let due = policy.due(fileSize: stream.file.size, runStart: s.runStart, dropped: s.dropped, furthest: s.furthest) else { return nil }
+            guard !s.closed,
+                  let due = policy.due(fileSize: stream.file.size, runStart: s.runStart, dropped: s.dropped,
+                                       furthest: s.furthest) else { return nil }
             s.dropped = due.upperBound
             return due
         }
