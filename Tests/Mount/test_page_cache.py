@@ -1,8 +1,9 @@
 """Drop-behind through a real mount: a file of 512 MiB or more read sequentially leaves only its
 first 4 MiB and the last 32 MiB or so behind its reader in the kernel's page cache, reads exactly
 the served bytes, and downloads each byte once; `--keep-page-cache` (and `-o keep_page_cache`)
-keep every page, and so does a file another handle has open. Residency is the kernel's own
-answer (mincore(2) on a mapping of the file)."""
+drop nothing, and neither does a mount while another handle has the file open. What the mount
+dropped is its own counter (`dbxmount_page_cache_dropped_bytes_total`); what is cached is the
+kernel's answer (mincore(2) on a mapping of the file)."""
 import ctypes
 import hashlib
 import json
@@ -85,46 +86,63 @@ def resident_pages(path):
         os.close(fd)
 
 
+def metered_mount(mount, *args):
+    """A mount with metrics, and a function that reads its page-cache bytes dropped so far."""
+    port = free_port()
+    mnt = mount(*args, "--metrics-addr", f"127.0.0.1:{port}")
+
+    def dropped():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            lines = response.read().decode().splitlines()
+        values = [float(line.rsplit(" ", 1)[1]) for line in lines
+                  if line.startswith("dbxmount_page_cache_dropped_bytes_total{")]
+        assert len(values) == 1, lines
+        return values[0]
+
+    return mnt, dropped
+
+
+# Residency is asserted only where the kernel's own reclaim could not make it fail: reclaim only
+# takes pages away (CI runs under memory pressure, where it took some of a 520 MiB file's oldest
+# pages), so what the mount itself dropped is checked with its counter.
+
 def test_a_long_stream_leaves_its_head_and_what_is_just_behind_its_reader_in_the_page_cache(
         served, emulator, served_digest, mount):
-    port = free_port()
-    mnt = mount("--metrics-addr", f"127.0.0.1:{port}")
+    mnt, dropped = metered_mount(mount)
     reset(emulator)
     assert sha256_of(mnt / "stream.bin") == served_digest
     assert downloaded(emulator) <= SIZE + 8 * MiB, "every byte downloaded once"
+    # Dropped: everything but the first 4 MiB and the 32 MiB behind the end, in 8 MiB steps.
+    assert SIZE - (4 + 32 + 8) * MiB <= dropped() <= SIZE - (4 + 32) * MiB, dropped()
     pages = resident_pages(mnt / "stream.bin")
     resident = sum(pages) * PAGE
-    # Kept: the first 4 MiB, and the 32 MiB behind the furthest read plus at most one 8 MiB step.
     assert resident <= (4 + 32 + 8) * MiB, f"{resident / MiB:.1f} MiB of the file still cached"
     head = 4 * MiB // PAGE
-    assert all(pages[:head]), "the first 4 MiB stay cached"
-    assert all(pages[-(32 * MiB // PAGE):]), "the last 32 MiB read stay cached"
     assert not any(pages[head:len(pages) - 48 * MiB // PAGE]), "the pages the reader passed are dropped"
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        metrics = response.read().decode()
-    dropped = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-               if line.startswith("dbxmount_page_cache_dropped_bytes_total{")]
-    assert dropped and dropped[0] >= SIZE - (4 + 32 + 8) * MiB, f"the metric says {dropped}"
 
 
 @pytest.mark.parametrize("args", [["--keep-page-cache"], ["-o", "keep_page_cache"]])
-def test_keep_page_cache_keeps_every_page_and_a_second_read_downloads_nothing(
+def test_keep_page_cache_drops_nothing_and_a_second_read_comes_from_the_page_cache(
         served, emulator, served_digest, mount, args):
-    mnt = mount(*args)
+    mnt, dropped = metered_mount(mount, *args)
     reset(emulator)
     assert sha256_of(mnt / "stream.bin") == served_digest
-    assert all(resident_pages(mnt / "stream.bin")), "every page stays cached"
+    assert dropped() == 0
+    missing = (len(pages := resident_pages(mnt / "stream.bin")) - sum(pages)) * PAGE
+    assert missing < SIZE // 2, f"{missing / MiB:.1f} MiB not cached: the pages were dropped"
     assert sha256_of(mnt / "stream.bin") == served_digest
     # Both reads together (the emulator may count a part's last bytes after the reader has them,
-    # so no reset between them): the second downloaded nothing.
-    assert downloaded(emulator) <= SIZE + 8 * MiB
+    # so no reset between them): the second downloaded only what reclaim had taken.
+    assert downloaded(emulator) <= SIZE + missing + 8 * MiB
 
 
 def test_nothing_is_dropped_while_another_handle_has_the_file_open(served, emulator, served_digest, mount):
-    mnt = mount()
+    mnt, dropped = metered_mount(mount)
     with open(mnt / "stream.bin", "rb"):
         assert sha256_of(mnt / "stream.bin") == served_digest
-        assert all(resident_pages(mnt / "stream.bin")), "the other handle's reader may still need them"
+        assert dropped() == 0, "the other handle's reader may still need them"
+        pages = resident_pages(mnt / "stream.bin")
+        assert sum(pages) * PAGE > SIZE // 2
 
 
 def test_a_reader_that_maps_a_long_file_reads_the_served_bytes(served, emulator, served_digest, mount):
