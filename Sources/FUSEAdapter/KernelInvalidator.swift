@@ -2,9 +2,11 @@ import CShims
 import DropboxFS
 import Foundation
 
-/// Tells the kernel to forget dentries and inodes that changed in Dropbox. It runs on its own
-/// thread because libfuse forbids notifying from the execution path of a related request: a
-/// lookup that relists a folder would otherwise deadlock invalidating that folder's entries.
+/// Tells the kernel to forget dentries and inodes that changed in Dropbox, and the pages a long
+/// stream has passed (`KernelInvalidation.pages`). It runs on its own thread because libfuse
+/// forbids notifying from the execution path of a related request: a lookup that relists a folder
+/// would otherwise deadlock invalidating that folder's entries, and a read dropping pages would
+/// wait on pages the kernel holds locked until that very read is answered.
 /// The corresponding C functions are `fuse_lowlevel_notify_inval_entry` and `_inval_inode`.
 public final class KernelInvalidator: @unchecked Sendable {
     // `session` stays valid until `stop()` returns (MountRuntime's MountSession calls it before destroying the
