@@ -4,6 +4,7 @@ Each test compares what the mount shows with the directory the emulator serves, 
 ground truth. Every mount is unmounted with `fusermount3 -u`, and only processes these fixtures
 started are ever signalled.
 """
+import json
 import os
 import random
 import shutil
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,15 @@ class Emulator:
 
     def stop(self):
         stop_process(self.process)
+
+    def stats(self) -> dict:
+        """The emulator's counters (`/__stats`): requests by route, `download_bytes`, ..."""
+        with urllib.request.urlopen(self.url + "/__stats", timeout=10) as response:
+            return json.loads(response.read())
+
+    def reset_stats(self) -> None:
+        request = urllib.request.Request(self.url + "/__stats/reset", data=b"", method="POST")
+        urllib.request.urlopen(request, timeout=10).read()
 
 
 def free_port() -> int:

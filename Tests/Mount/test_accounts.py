@@ -80,7 +80,7 @@ class Session:
         return subprocess.CompletedProcess(process.args, process.returncode, url + "\n" + out, err)
 
     def stats(self) -> dict:
-        return json.load(urllib.request.urlopen(self.emulator.url + "/__stats", timeout=10))["requests"]
+        return self.emulator.stats()["requests"]
 
     def token_calls(self) -> int:
         return self.stats().get("oauth2/token", 0)

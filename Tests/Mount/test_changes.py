@@ -126,13 +126,13 @@ def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):
         assert any(p.suffix == ".sqlite" for p in cache.iterdir()), "a cache file was written"
 
         (served / "folder3" / "added-while-unmounted.txt").write_bytes(b"new\n")
-        reset_stats(emulator)
+        emulator.reset_stats()
         second = Mount(emulator, tmp_path / "mnt")
         try:
             found = subprocess.run(["find", str(second.mountpoint)], capture_output=True, text=True).stdout.split()
             assert len(found) == 107
             assert (second.mountpoint / "folder3" / "added-while-unmounted.txt").read_bytes() == b"new\n"
-            calls = stats(emulator)["requests"]
+            calls = emulator.stats()["requests"]
             assert calls.get("files/list_folder", 0) == 0, calls
             assert calls.get("files/list_folder/continue", 0) >= 1, calls
         finally:
@@ -141,12 +141,3 @@ def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):
         emulator.stop()
 
 
-def stats(emulator):
-    import json
-    import urllib.request
-    return json.load(urllib.request.urlopen(emulator.url + "/__stats", timeout=10))
-
-
-def reset_stats(emulator):
-    import urllib.request
-    urllib.request.urlopen(urllib.request.Request(emulator.url + "/__stats/reset", method="POST"), timeout=10)

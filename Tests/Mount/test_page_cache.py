@@ -6,7 +6,6 @@ dropped is its own counter (`dbxmount_page_cache_dropped_bytes_total`); what is 
 kernel's answer (mincore(2) on a mapping of the file)."""
 import ctypes
 import hashlib
-import json
 import mmap
 import os
 import subprocess
@@ -49,16 +48,6 @@ def sha256_of(path):
         digest.update(chunk)
     assert dd.wait(timeout=120) == 0
     return digest.hexdigest()
-
-
-def downloaded(emulator):
-    with urllib.request.urlopen(emulator.url + "/__stats", timeout=10) as response:
-        return json.loads(response.read())["download_bytes"]
-
-
-def reset(emulator):
-    request = urllib.request.Request(emulator.url + "/__stats/reset", data=b"", method="POST")
-    urllib.request.urlopen(request, timeout=10).read()
 
 
 def resident_pages(path):
@@ -109,9 +98,9 @@ def metered_mount(mount, *args):
 def test_a_long_stream_leaves_its_head_and_what_is_just_behind_its_reader_in_the_page_cache(
         served, emulator, served_digest, mount):
     mnt, dropped = metered_mount(mount)
-    reset(emulator)
+    emulator.reset_stats()
     assert sha256_of(mnt / "stream.bin") == served_digest
-    assert downloaded(emulator) <= SIZE + 8 * MiB, "every byte downloaded once"
+    assert emulator.stats()["download_bytes"] <= SIZE + 8 * MiB, "every byte downloaded once"
     # Dropped: everything but the first 4 MiB and the 32 MiB behind the end, in 8 MiB steps.
     assert SIZE - (4 + 32 + 8) * MiB <= dropped() <= SIZE - (4 + 32) * MiB, dropped()
     pages = resident_pages(mnt / "stream.bin")
@@ -125,7 +114,7 @@ def test_a_long_stream_leaves_its_head_and_what_is_just_behind_its_reader_in_the
 def test_keep_page_cache_drops_nothing_and_a_second_read_comes_from_the_page_cache(
         served, emulator, served_digest, mount, args):
     mnt, dropped = metered_mount(mount, *args)
-    reset(emulator)
+    emulator.reset_stats()
     assert sha256_of(mnt / "stream.bin") == served_digest
     assert dropped() == 0
     missing = (len(pages := resident_pages(mnt / "stream.bin")) - sum(pages)) * PAGE
@@ -133,7 +122,7 @@ def test_keep_page_cache_drops_nothing_and_a_second_read_comes_from_the_page_cac
     assert sha256_of(mnt / "stream.bin") == served_digest
     # Both reads together (the emulator may count a part's last bytes after the reader has them,
     # so no reset between them): the second downloaded only what reclaim had taken.
-    assert downloaded(emulator) <= SIZE + missing + 8 * MiB
+    assert emulator.stats()["download_bytes"] <= SIZE + missing + 8 * MiB
 
 
 def test_nothing_is_dropped_while_another_handle_has_the_file_open(served, emulator, served_digest, mount):

@@ -3,14 +3,12 @@ faults and with parallel readers; tail and random reads download little; the blo
 second read without a download call."""
 import contextlib
 import hashlib
-import json
 import mmap
 import os
 import random
 import stat
 import subprocess
 import threading
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -58,16 +56,6 @@ def mount(reads_emulator, tmp_path):
     yield make
     for m in mounts:
         m.unmount()
-
-
-def stats(emulator):
-    with urllib.request.urlopen(emulator.url + "/__stats", timeout=10) as response:
-        return json.loads(response.read())
-
-
-def reset_stats(emulator):
-    request = urllib.request.Request(emulator.url + "/__stats/reset", data=b"", method="POST")
-    urllib.request.urlopen(request, timeout=10).read()
 
 
 def sha256(path, chunk=MiB):
@@ -144,10 +132,10 @@ def test_cut_and_failed_downloads_still_read_correctly(files, tmp_path, knobs):
 
 def test_a_tail_read_downloads_at_most_4_mib(files, reads_emulator, mount):
     mnt = mount()
-    reset_stats(reads_emulator)
+    reads_emulator.reset_stats()
     out = subprocess.run(["tail", "-c", "1M", str(mnt / "big.bin")], capture_output=True, check=True).stdout
     assert out == (files / "big.bin").read_bytes()[-MiB:]
-    downloaded = stats(reads_emulator)["download_bytes"]
+    downloaded = reads_emulator.stats()["download_bytes"]
     assert downloaded <= 4 * MiB, f"tail -c 1M downloaded {downloaded} bytes"
 
 
@@ -188,7 +176,7 @@ def test_on_a_slow_link_a_stream_keeps_seconds_not_its_whole_window_ahead_of_its
         expected = (files / "big.bin").read_bytes()[:16 * MiB]
         with open(mnt / "big.bin", "rb", buffering=0) as f:
             got = read_mib_by_mib(f, len(expected))
-            ahead = stats(emulator)["download_bytes"] - len(got)
+            ahead = emulator.stats()["download_bytes"] - len(got)
         assert got == expected
         # Two seconds of 8 MB/s is 16 MB; the window's first parts (1 + 2 + 4 + 8 MiB) go out
         # before anything is measured. Without the pace it was about 48 MiB.
@@ -209,7 +197,7 @@ def test_when_each_connection_is_slow_a_stream_keeps_the_parts_that_bring_more(f
         with open(mnt / "big.bin", "rb", buffering=0) as f:
             got = read_mib_by_mib(f, len(expected))
         assert got == expected
-        peak = stats(emulator)["download_peak"]
+        peak = emulator.stats()["download_peak"]
         # The window's floor at this round trip is 128 MiB: sixteen 8 MiB parts.
         assert peak >= 10, f"at most {peak} downloads in flight at once"
 
@@ -219,14 +207,14 @@ def test_random_4k_reads_download_at_most_4_times_what_they_read(files, reads_em
     size = (files / "big.bin").stat().st_size
     rng = random.Random(8)
     fd = os.open(mnt / "big.bin", os.O_RDONLY)
-    reset_stats(reads_emulator)
+    reads_emulator.reset_stats()
     returned = 0
     try:
         for _ in range(150):
             returned += len(os.pread(fd, 4096, rng.randrange(size // 4096) * 4096))
     finally:
         os.close(fd)
-    downloaded = stats(reads_emulator)["download_bytes"]
+    downloaded = reads_emulator.stats()["download_bytes"]
     assert downloaded <= 4 * returned, f"{downloaded} bytes downloaded for {returned} read"
 
 
@@ -245,9 +233,9 @@ def test_the_block_cache_serves_a_second_read_without_downloading(files, reads_e
     # A remount, with the -o spellings, over the same directory.
     second = Mount(reads_emulator, tmp_path / "m2", "-o", f"block_cache_dir={cache},block_cache_size=256")
     try:
-        reset_stats(reads_emulator)
+        reads_emulator.reset_stats()
         assert sha256(second.mountpoint / "a.bin") == sha256(files / "a.bin")
-        assert stats(reads_emulator)["requests"].get("files/download", 0) == 0
+        assert reads_emulator.stats()["requests"].get("files/download", 0) == 0
     finally:
         second.unmount()
 
@@ -256,12 +244,12 @@ def test_the_block_cache_serves_a_second_read_without_downloading(files, reads_e
 def test_direct_io_reads_past_the_page_cache(files, reads_emulator, mount, args):
     mnt = mount(*args)
     size = (files / "a.bin").stat().st_size
-    reset_stats(reads_emulator)
+    reads_emulator.reset_stats()
     for _ in range(2):
         assert sha256(mnt / "a.bin") == sha256(files / "a.bin")
     # Without direct_io the kernel keeps the pages (keep_cache) and the second read downloads
     # nothing; with it, every read reaches the mount and a new open starts a new stream.
-    downloaded = stats(reads_emulator)["download_bytes"]
+    downloaded = reads_emulator.stats()["download_bytes"]
     assert downloaded >= 2 * size - 2 * MiB, f"{downloaded} bytes downloaded for two reads of {size}"
 
 
@@ -286,12 +274,12 @@ def test_an_application_s_o_direct_reads_the_served_bytes_past_the_page_cache(fi
     mnt = mount()
     size = (files / "a.bin").stat().st_size
     served = (files / "a.bin").read_bytes()
-    reset_stats(reads_emulator)
+    reads_emulator.reset_stats()
     for _ in range(2):
         out = subprocess.run(["dd", f"if={mnt / 'a.bin'}", "iflag=direct", "bs=1M", "status=none"],
                              capture_output=True, check=True).stdout
         assert hashlib.sha256(out).hexdigest() == hashlib.sha256(served).hexdigest()
-    downloaded = stats(reads_emulator)["download_bytes"]
+    downloaded = reads_emulator.stats()["download_bytes"]
     assert downloaded >= 2 * size - 2 * MiB, f"{downloaded} bytes downloaded for two O_DIRECT reads of {size}"
     odd = subprocess.run(["dd", f"if={mnt / 'a.bin'}", "iflag=direct", "bs=1000", "skip=7", "count=3", "status=none"],
                          capture_output=True, check=True).stdout
@@ -301,10 +289,10 @@ def test_an_application_s_o_direct_reads_the_served_bytes_past_the_page_cache(fi
 def test_without_direct_io_a_second_read_comes_from_the_page_cache(files, reads_emulator, mount):
     mnt = mount()
     size = (files / "c.bin").stat().st_size
-    reset_stats(reads_emulator)
+    reads_emulator.reset_stats()
     for _ in range(2):
         assert sha256(mnt / "c.bin") == sha256(files / "c.bin")
-    assert stats(reads_emulator)["download_bytes"] <= size + MiB
+    assert reads_emulator.stats()["download_bytes"] <= size + MiB
 
 
 @pytest.mark.parametrize("args", [["--readahead-memory=-1"], ["-o", "readahead_memory=lots"],

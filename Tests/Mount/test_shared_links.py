@@ -225,8 +225,7 @@ def test_thumbnails_come_through_the_link_without_downloading_a_photo(tmp_path):
                 assert len(list((cache_home / "thumbnails" / flavor).glob("*.png"))) == 12, flavor
             found, valid = gio_thumbnail(m.mountpoint / "IMG_03.png", cache_home)
             assert found and valid, found
-            with urllib.request.urlopen(emulator.url + "/__stats", timeout=10) as answer:
-                requests = json.load(answer)["requests"]
+            requests = emulator.stats()["requests"]
             assert requests.get("files/get_thumbnail_v2", 0) == 36, requests
             assert requests.get("sharing/get_shared_link_file", 0) == 0, "no photo was downloaded"
         finally:

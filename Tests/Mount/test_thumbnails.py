@@ -4,13 +4,11 @@ The emulator makes the thumbnails from the served images (libgd); the mount writ
 Nautilus and tumbler look; `gio info` says whether it trusts each one. The emulator's counters show
 that no photo was downloaded to get there.
 """
-import json
 import math
 import os
 import struct
 import subprocess
 import time
-import urllib.request
 import zlib
 from pathlib import Path
 
@@ -35,7 +33,7 @@ def png_image(width: int, height: int, seed: int) -> bytes:
 
 
 def stats(emulator):
-    return json.load(urllib.request.urlopen(emulator.url + "/__stats", timeout=10))["requests"]
+    return emulator.stats()["requests"]
 
 
 def thumbnail_calls(emulator):

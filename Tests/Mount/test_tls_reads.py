@@ -267,11 +267,6 @@ class HTTP2Front:
         stop_process(self.process)
 
 
-def plain_stats(emulator) -> dict:
-    with urllib.request.urlopen(emulator.url + "/__stats", timeout=10) as response:
-        return json.loads(response.read())
-
-
 def listing(root: Path) -> list:
     return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*"))
 
@@ -289,7 +284,7 @@ def test_reads_over_http2_equal_the_served_files(served, certificates, tmp_path)
                 digests = list(pool.map(lambda n: sha256(m.mountpoint / n), names))
             assert digests == [sha256(served / n) for n in names]
             size = (served / "large.bin").stat().st_size
-            assert plain_stats(emulator)["download_bytes"] >= size
+            assert emulator.stats()["download_bytes"] >= size
             rss = peak_rss(m.process.pid)
             assert rss <= (64 + 64) * MiB, f"peak RSS {rss / MiB:.0f} MiB"
         finally:
@@ -313,7 +308,7 @@ def test_reads_over_http2_survive_failed_requests_and_cut_bodies(served, certifi
     try:
         m = Mount(front, tmp_path / "mnt", "--ca-bundle", str(certificates["ca"]))
         try:
-            read_until_both_faults(m, served, lambda: plain_stats(emulator))
+            read_until_both_faults(m, served, emulator.stats)
         finally:
             m.unmount()
         assert front.protocols()[("HTTP/2", "/2/files/download")] > 0

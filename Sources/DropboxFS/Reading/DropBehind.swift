@@ -37,12 +37,15 @@ public struct DropBehind: Sendable, Equatable {
 
     public init() {}
 
+    /// Whether a file of `fileSize` bytes drops anything at all (most files never do).
+    func applies(toFileOf fileSize: UInt64) -> Bool { fileSize >= largeFile }
+
     /// The bytes to drop now from a file of `fileSize` bytes, for a sequential run that began at
     /// `runStart`, whose reads have reached `furthest`, and below `dropped` of which everything
     /// was dropped already (or lay before the run). Nil until a whole step is due. Whole steps,
     /// so ranges stay page aligned.
     func due(fileSize: UInt64, runStart: UInt64, dropped: UInt64, furthest: UInt64) -> Range<UInt64>? {
-        guard fileSize >= largeFile, furthest > keepBehind else { return nil }
+        guard applies(toFileOf: fileSize), furthest > keepBehind else { return nil }
         let from = max(dropped, runStart, keepHead)
         let until = (furthest - keepBehind) / step * step
         guard until >= from + step else { return nil }

@@ -288,9 +288,10 @@ final class ReadEngine: Sendable {
     }
 
     /// Bytes of the stream's file that its reader has passed, for the kernel to drop from its page
-    /// cache now (`DropBehind`); nil while none are due.
+    /// cache now (`DropBehind`); nil while none are due. Called after every read: a file too small
+    /// to drop anything is answered without taking the stream's lock.
     func pagesToDrop(_ stream: ReadStream) -> Range<UInt64>? {
-        guard let policy = options.dropBehind else { return nil }
+        guard let policy = options.dropBehind, policy.applies(toFileOf: stream.file.size) else { return nil }
         return stream.state.withLock { s in
             guard !s.closed,
                   let due = policy.due(fileSize: stream.file.size, runStart: s.runStart, dropped: s.dropped,

@@ -105,20 +105,19 @@ public final class MountMetrics: APICallObserver, FUSEOperationObserver {
         let usage = mount.filesystem.usage
         let sync = mount.filesystem.syncProgress
         let labels = [mountLabel]
-        if let meter = mount.meter {
-            let (downloaded, rateLimited) = exported.withLock { totals -> (UInt64, UInt64) in
-                defer { totals.downloaded = meter.bytesDownloaded; totals.rateLimited = meter.rateLimited }
-                return (meter.bytesDownloaded &- totals.downloaded, meter.rateLimited &- totals.rateLimited)
+        /// Adds to the counter `name` what `total` grew by since the last scrape.
+        func count(_ name: String, _ total: UInt64, exportedAs field: WritableKeyPath<ExportedTotals, UInt64>) {
+            let increase = exported.withLock { totals -> UInt64 in
+                defer { totals[keyPath: field] = total }
+                return total &- totals[keyPath: field]
             }
-            CoreMetrics.Counter(label: "dbxmount_download_bytes_total", dimensions: labels, factory: factory).increment(by: Int64(downloaded))
-            CoreMetrics.Counter(label: "dbxmount_dropbox_rate_limited_total", dimensions: labels, factory: factory).increment(by: Int64(rateLimited))
+            CoreMetrics.Counter(label: name, dimensions: labels, factory: factory).increment(by: Int64(increase))
         }
-        let droppedPages = exported.withLock { totals -> UInt64 in
-            defer { totals.droppedPages = usage.droppedPageBytes }
-            return usage.droppedPageBytes &- totals.droppedPages
+        if let meter = mount.meter {
+            count("dbxmount_download_bytes_total", meter.bytesDownloaded, exportedAs: \.downloaded)
+            count("dbxmount_dropbox_rate_limited_total", meter.rateLimited, exportedAs: \.rateLimited)
         }
-        CoreMetrics.Counter(label: "dbxmount_page_cache_dropped_bytes_total", dimensions: labels, factory: factory)
-            .increment(by: Int64(droppedPages))
+        count("dbxmount_page_cache_dropped_bytes_total", usage.droppedPageBytes, exportedAs: \.droppedPages)
         func gauge(_ name: String, _ value: Double) {
             CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory).record(value)
         }
