@@ -9,8 +9,8 @@ work=$(mktemp -d)
 trap 'fusermount3 -u "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
 gcc -O2 -o "$work/probe" "$here/page_cache_store.c" $(pkg-config --cflags --libs fuse3) -lpthread
 mkdir "$work/mnt"
-for mode in "${@:-reply store reply-keep}"; do
-  for m in $mode; do
+# Modes as arguments (each may repeat, for alternating runs); all three once by default.
+for m in ${*:-reply store reply-keep}; do
     "$work/probe" "$work/mnt" "$m" 2> "$work/probe.log" & pid=$!
     for _ in $(seq 100); do mountpoint -q "$work/mnt" && break; sleep 0.05; done
     device=$(awk -v m="$work/mnt" '$5 == m { print $3 }' /proc/self/mountinfo | tail -1)
@@ -30,5 +30,4 @@ PY
     after=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
     fusermount3 -u "$work/mnt"; wait "$pid"
     echo "$m: daemon $((after - before)) ticks for 1 GiB, $reader; $(cat "$work/probe.log")"
-  done
 done
