@@ -27,7 +27,7 @@ struct DropBehindTests {
 
     @Test func aSmallFileKeepsEveryPage() {
         let policy = DropBehind()
-        #expect(policy.due(fileSize: 511 * Self.MiB, runStart: 0, dropped: 0, furthest: 511 * Self.MiB) == nil)
+        #expect(policy.due(fileSize: 511 * Self.MiB, runStart: 0, dropped: 0, furthest: 511 * Self.MiB, read: 511 * Self.MiB) == nil)
     }
 
     @Test func aLargeFileDropsWholeStepsFromItsHeadToWellBehindTheReader() {
@@ -35,11 +35,11 @@ struct DropBehindTests {
         let size = 1024 * Self.MiB
         // Nothing until a whole step lies between the kept head and the 32 MiB behind the reader,
         // ending on a multiple of the step.
-        #expect(policy.due(fileSize: size, runStart: 0, dropped: 0, furthest: 47 * Self.MiB) == nil)
-        #expect(policy.due(fileSize: size, runStart: 0, dropped: 0, furthest: 48 * Self.MiB) == 4 * Self.MiB..<16 * Self.MiB)
+        #expect(policy.due(fileSize: size, runStart: 0, dropped: 0, furthest: 47 * Self.MiB, read: 47 * Self.MiB) == nil)
+        #expect(policy.due(fileSize: size, runStart: 0, dropped: 0, furthest: 48 * Self.MiB, read: 48 * Self.MiB) == 4 * Self.MiB..<16 * Self.MiB)
         // What was dropped is not dropped again, and the next range waits for a whole step.
-        #expect(policy.due(fileSize: size, runStart: 0, dropped: 16 * Self.MiB, furthest: 55 * Self.MiB) == nil)
-        #expect(policy.due(fileSize: size, runStart: 0, dropped: 16 * Self.MiB, furthest: 300 * Self.MiB)
+        #expect(policy.due(fileSize: size, runStart: 0, dropped: 16 * Self.MiB, furthest: 55 * Self.MiB, read: 55 * Self.MiB) == nil)
+        #expect(policy.due(fileSize: size, runStart: 0, dropped: 16 * Self.MiB, furthest: 300 * Self.MiB, read: 300 * Self.MiB)
                 == 16 * Self.MiB..<264 * Self.MiB)
     }
 
@@ -48,9 +48,18 @@ struct DropBehindTests {
         // A reader that seeked to 600 MiB drops nothing before 600 MiB (another reader's pages,
         // or none), and nothing until 32 MiB and a step past where it began.
         let size = 2048 * Self.MiB
-        #expect(policy.due(fileSize: size, runStart: 600 * Self.MiB, dropped: 600 * Self.MiB, furthest: 639 * Self.MiB) == nil)
-        #expect(policy.due(fileSize: size, runStart: 600 * Self.MiB, dropped: 600 * Self.MiB, furthest: 640 * Self.MiB)
+        #expect(policy.due(fileSize: size, runStart: 600 * Self.MiB, dropped: 600 * Self.MiB, furthest: 639 * Self.MiB, read: 39 * Self.MiB) == nil)
+        #expect(policy.due(fileSize: size, runStart: 600 * Self.MiB, dropped: 600 * Self.MiB, furthest: 640 * Self.MiB, read: 40 * Self.MiB)
                 == 600 * Self.MiB..<608 * Self.MiB)
+    }
+
+    @Test func aRunThatSkippedAheadRatherThanReadDropsNothing() {
+        let policy = DropBehind()
+        let size = 1024 * Self.MiB
+        // Reads reached 48 MiB but added up to less than the 16 MiB that would be dropped.
+        #expect(policy.due(fileSize: size, runStart: 0, dropped: 0, furthest: 48 * Self.MiB, read: 16 * Self.MiB - 1) == nil)
+        #expect(policy.due(fileSize: size, runStart: 0, dropped: 0, furthest: 48 * Self.MiB, read: 16 * Self.MiB)
+                == 4 * Self.MiB..<16 * Self.MiB)
     }
 
     // MARK: - Through the filesystem
@@ -151,19 +160,36 @@ struct DropBehindTests {
         #expect(!drops.withLock { $0 }.contains { if case .pages = $0 { true } else { false } })
     }
 
-    @Test func randomReadsDropNothing() throws {
+    /// Reads 4 KiB at each of `offsets` of a 24 MiB file, in that order and through one handle,
+    /// and returns what the kernel was told to invalidate meanwhile.
+    func invalidationsWhileReading(at offsets: [Int]) throws -> [KernelInvalidation] {
         let content = ReadEngineTests.content(24 << 20)
         dropbox.addFile("/db.bin", content)
         let fs = makeFS(dropBehind: Self.small)
         let drops = Mutex<[KernelInvalidation]>([])
         fs.onInvalidation { batch in drops.withLock { $0 += batch } }
         let handle = try fs.open(try fs.lookup(parent: .root, name: "db.bin").inode).handle
-        var rng = SystemRandomNumberGenerator()
-        for _ in 0..<200 {
-            let offset = Int.random(in: 0..<(content.count - 4096), using: &rng) / 4096 * 4096
+        for offset in offsets {
             #expect(try fs.read(handle, offset: UInt64(offset), size: 4096) == Array(content[offset..<offset + 4096]))
         }
         fs.release(handle)
-        #expect(drops.withLock { $0 }.isEmpty)
+        return drops.withLock { $0 }
+    }
+
+    @Test(arguments: [UInt64(1), 2, 3, 4, 5])
+    func randomReadsDropNothing(seed: UInt64) throws {
+        // In a 24 MiB file most random reads land within the stream's reach (16 MiB) of the one
+        // before, so they carry its furthest read forward as a stream's would.
+        var rng = SeededGenerator(seed: seed)
+        let offsets = (0..<200).map { _ in Int.random(in: 0..<((24 << 20) - 4096), using: &rng) / 4096 * 4096 }
+        let drops = try invalidationsWhileReading(at: offsets)
+        #expect(drops.isEmpty, "\(drops)")
+    }
+
+    @Test func readsThatSkipAheadWithinTheStreamsReachDropNothing() throws {
+        // A reader that reads 4 KiB every 3 MiB stays in the stream and reaches the end, but has
+        // passed over the pages rather than read them: none are its to drop.
+        let drops = try invalidationsWhileReading(at: Array(stride(from: 0, to: 24 << 20, by: 3 << 20)))
+        #expect(drops.isEmpty, "\(drops)")
     }
 }

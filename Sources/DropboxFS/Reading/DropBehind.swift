@@ -19,7 +19,9 @@
 // `keepHead` bytes (what file managers, `file` and players read again) and the `keepBehind` bytes
 // behind the furthest read (the kernel sends a reader's reads up to its read-ahead, 4 MiB, ahead
 // of where the reader is, and from several threads out of order: `ReadEngine.straggle`); and
-// whatever a random reader reads, which never makes a stream. A second read of a large file
+// whatever a random reader reads. A random reader's reads can land within the stream's reach of
+// each other and carry its furthest read forward, so a run drops only what its reads covered in
+// bytes: a reader that jumped ahead 40 MiB in 4 KiB reads has read 4 KiB, not 40 MiB. A second read of a large file
 // downloads again what was dropped; `--keep-page-cache` keeps it all, as a local disk would.
 // Nothing is dropped while another handle has the file open (the page cache is per file, and
 // that reader may be behind this one), nor for a handle that bypasses the page cache.
@@ -41,14 +43,16 @@ public struct DropBehind: Sendable, Equatable {
     func applies(toFileOf fileSize: UInt64) -> Bool { fileSize >= largeFile }
 
     /// The bytes to drop now from a file of `fileSize` bytes, for a sequential run that began at
-    /// `runStart`, whose reads have reached `furthest`, and below `dropped` of which everything
-    /// was dropped already (or lay before the run). Nil until a whole step is due. Whole steps,
-    /// so ranges stay page aligned.
-    func due(fileSize: UInt64, runStart: UInt64, dropped: UInt64, furthest: UInt64) -> Range<UInt64>? {
+    /// `runStart`, whose reads have reached `furthest` and together came to `read` bytes, and
+    /// below `dropped` of which everything was dropped already (or lay before the run). Nil until
+    /// a whole step is due, and while the run's reads add up to less than the bytes from its
+    /// start to the end of the range (it skipped ahead rather than read). Whole steps, so ranges
+    /// stay page aligned.
+    func due(fileSize: UInt64, runStart: UInt64, dropped: UInt64, furthest: UInt64, read: UInt64) -> Range<UInt64>? {
         guard applies(toFileOf: fileSize), furthest > keepBehind else { return nil }
         let from = max(dropped, runStart, keepHead)
         let until = (furthest - keepBehind) / step * step
-        guard until >= from + step else { return nil }
+        guard until >= from + step, read >= until - runStart else { return nil }
         return from..<until
     }
 }

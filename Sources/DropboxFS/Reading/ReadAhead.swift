@@ -133,6 +133,9 @@ struct StreamState {
     /// from the kernel's page cache (`DropBehind`).
     var runStart: UInt64 = 0
     var dropped: UInt64 = 0
+    /// The bytes the run's reads asked for, added up: a sequential reader's come to about
+    /// `furthest - runStart`, a random one's to far less.
+    var readInRun: UInt64 = 0
     /// Where the stream ended when the reader had read all of it: a read starting there continues
     /// the stream rather than starting a new one (nil once dropped).
     var drainedAt: UInt64?
@@ -295,7 +298,7 @@ final class ReadEngine: Sendable {
         return stream.state.withLock { s in
             guard !s.closed,
                   let due = policy.due(fileSize: stream.file.size, runStart: s.runStart, dropped: s.dropped,
-                                       furthest: s.furthest) else { return nil }
+                                       furthest: s.furthest, read: s.readInRun) else { return nil }
             s.dropped = due.upperBound
             return due
         }
@@ -340,6 +343,7 @@ final class ReadEngine: Sendable {
             s.furthest = end
             s.runStart = offset
             s.dropped = offset
+            s.readInRun = 0
         } else if end > s.furthest {
             // From the second read on the reader streams: the window doubles, and opens at once
             // to two round trips' worth of bytes, so a long round trip costs the ramp-up one
@@ -349,6 +353,7 @@ final class ReadEngine: Sendable {
         }
         s.misses = 0
         s.lastReadEnd = max(s.lastReadEnd ?? 0, end)
+        s.readInRun += end - offset
 
         // Parts wholly behind the reader (skipped by a forward seek) go once stragglers are unlikely.
         while let first = s.parts.first, first.range.upperBound + Self.straggle <= offset {
