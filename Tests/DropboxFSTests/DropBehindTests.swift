@@ -160,10 +160,13 @@ struct DropBehindTests {
         #expect(!drops.withLock { $0 }.contains { if case .pages = $0 { true } else { false } })
     }
 
-    /// Reads 4 KiB at each of `offsets` of a 24 MiB file, in that order and through one handle,
-    /// and returns what the kernel was told to invalidate meanwhile.
+    /// The size of the file `invalidationsWhileReading` reads: 24 MiB.
+    static let readFileSize = 24 << 20
+
+    /// Reads 4 KiB at each of `offsets` of a `readFileSize` file, in that order and through one
+    /// handle, and returns what the kernel was told to invalidate meanwhile.
     func invalidationsWhileReading(at offsets: [Int]) throws -> [KernelInvalidation] {
-        let content = ReadEngineTests.content(24 << 20)
+        let content = ReadEngineTests.content(Self.readFileSize)
         dropbox.addFile("/db.bin", content)
         let fs = makeFS(dropBehind: Self.small)
         let drops = Mutex<[KernelInvalidation]>([])
@@ -181,7 +184,7 @@ struct DropBehindTests {
         // In a 24 MiB file most random reads land within the stream's reach (16 MiB) of the one
         // before, so they carry its furthest read forward as a stream's would.
         var rng = SeededGenerator(seed: seed)
-        let offsets = (0..<200).map { _ in Int.random(in: 0..<((24 << 20) - 4096), using: &rng) / 4096 * 4096 }
+        let offsets = (0..<200).map { _ in Int.random(in: 0..<(Self.readFileSize - 4096), using: &rng) / 4096 * 4096 }
         let drops = try invalidationsWhileReading(at: offsets)
         #expect(drops.isEmpty, "\(drops)")
     }
@@ -189,7 +192,7 @@ struct DropBehindTests {
     @Test func readsThatSkipAheadWithinTheStreamsReachDropNothing() throws {
         // A reader that reads 4 KiB every 3 MiB stays in the stream and reaches the end, but has
         // passed over the pages rather than read them: none are its to drop.
-        let drops = try invalidationsWhileReading(at: Array(stride(from: 0, to: 24 << 20, by: 3 << 20)))
+        let drops = try invalidationsWhileReading(at: Array(stride(from: 0, to: Self.readFileSize, by: 3 << 20)))
         #expect(drops.isEmpty, "\(drops)")
     }
 }

@@ -116,6 +116,9 @@ def required_tool(name: str, package: str) -> str:
 
 
 class Emulator:
+    # The CA to check an HTTPS emulator's counters against (`ssl.create_default_context`).
+    ssl_context = None
+
     def __init__(self, root: Path, *extra: str):
         self.root = root
         self.process = subprocess.Popen(
@@ -132,12 +135,12 @@ class Emulator:
 
     def stats(self) -> dict:
         """The emulator's counters (`/__stats`): requests by route, `download_bytes`, ..."""
-        with urllib.request.urlopen(self.url + "/__stats", timeout=10) as response:
+        with urllib.request.urlopen(self.url + "/__stats", timeout=10, context=self.ssl_context) as response:
             return json.loads(response.read())
 
     def reset_stats(self) -> None:
         request = urllib.request.Request(self.url + "/__stats/reset", data=b"", method="POST")
-        urllib.request.urlopen(request, timeout=10).read()
+        urllib.request.urlopen(request, timeout=10, context=self.ssl_context).read()
 
 
 def free_port() -> int:

@@ -139,5 +139,3 @@ def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):
             second.unmount()
     finally:
         emulator.stop()
-
-

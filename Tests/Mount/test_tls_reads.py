@@ -7,14 +7,12 @@ the benchmark runner's (bench/run.py, its TLS and HTTP/2 rows)."""
 import collections
 import concurrent.futures
 import hashlib
-import json
 import os
 import random
 import socket
 import ssl
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -70,13 +68,6 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def admin(emulator, certificates, path, body=None):
-    context = ssl.create_default_context(cafile=str(certificates["ca"]))
-    request = urllib.request.Request(emulator.url + path, data=body, method="POST" if body is not None else "GET")
-    with urllib.request.urlopen(request, timeout=10, context=context) as response:
-        return json.loads(response.read() or b"null")
-
-
 def peak_rss(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -88,6 +79,7 @@ def peak_rss(pid: int) -> int:
 def tls_emulator(served, certificates, *extra):
     emulator = Emulator(served, "--tls-cert", str(certificates["cert"]), "--tls-key", str(certificates["key"]), *extra)
     assert emulator.url.startswith("https://127.0.0.1:"), emulator.url
+    emulator.ssl_context = ssl.create_default_context(cafile=str(certificates["ca"]))
     return emulator
 
 
@@ -96,9 +88,9 @@ def test_reads_over_tls_equal_the_served_files_and_reuse_connections(served, cer
     try:
         m = Mount(emulator, tmp_path / "mnt", "--ca-bundle", str(certificates["ca"]), "--readahead-memory", "64")
         try:
-            admin(emulator, certificates, "/__stats/reset", b"")
+            emulator.reset_stats()
             assert sha256(m.mountpoint / "large.bin") == sha256(served / "large.bin")
-            stats = admin(emulator, certificates, "/__stats")
+            stats = emulator.stats()
             downloads = stats["requests"]["files/download"]
             # About once each: on a loaded machine the kernel's read-ahead may overtake the stream
             # and a read or two is fetched beside it.
@@ -146,7 +138,7 @@ def test_reads_over_tls_survive_failed_requests_and_cut_bodies(served, certifica
     try:
         m = Mount(emulator, tmp_path / "mnt", "--ca-bundle", str(certificates["ca"]))
         try:
-            read_until_both_faults(m, served, lambda: admin(emulator, certificates, "/__stats"))
+            read_until_both_faults(m, served, emulator.stats)
         finally:
             m.unmount()
     finally:

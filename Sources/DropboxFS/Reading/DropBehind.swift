@@ -21,8 +21,9 @@
 // of where the reader is, and from several threads out of order: `ReadEngine.straggle`); and
 // whatever a random reader reads. A random reader's reads can land within the stream's reach of
 // each other and carry its furthest read forward, so a run drops only what its reads covered in
-// bytes: a reader that jumped ahead 40 MiB in 4 KiB reads has read 4 KiB, not 40 MiB. A second read of a large file
-// downloads again what was dropped; `--keep-page-cache` keeps it all, as a local disk would.
+// bytes: a reader that jumped ahead 40 MiB in 4 KiB reads has read 4 KiB, not 40 MiB. A second
+// read of a large file downloads again what was dropped; `--keep-page-cache` keeps it all, as a
+// local disk would.
 // Nothing is dropped while another handle has the file open (the page cache is per file, and
 // that reader may be behind this one), nor for a handle that bypasses the page cache.
 
