@@ -46,8 +46,8 @@ public final class DropboxFilesystem: Sendable {
     let folderListings = SingleFlight<Slot, Void>()
     /// Signalled whenever the feed's status changes, for requests waiting on a catch-up.
     let feedChanged = NSCondition()
-    let invalidationSink = Mutex<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
-    let bulkWorkSink = Mutex<(@Sendable () -> Void)?>(nil)
+    /// What the mount asked to be told, set once it is running.
+    let sinks = Mutex(Sinks())
     let stopped = Atomic<Bool>(false)
     /// Bytes of page cache dropped behind long streams (`Reading/DropBehind.swift`).
     let droppedPageBytes = Atomic<UInt64>(0)
@@ -88,7 +88,7 @@ public final class DropboxFilesystem: Sendable {
 
     /// Where changes the kernel must forget are sent (the FUSE adapter's invalidation queue).
     public func onInvalidation(_ sink: @escaping @Sendable ([KernelInvalidation]) -> Void) {
-        invalidationSink.withLock { $0 = sink }
+        sinks.withLock { $0.invalidation = sink }
     }
 
     /// Called on the sync thread after work that allocated and freed memory in proportion to the
@@ -96,11 +96,11 @@ public final class DropboxFilesystem: Sendable {
     /// the system there (decoding a listing of 100,000 entries leaves tens of MiB freed but
     /// resident, which would otherwise count against every later figure of the process's memory).
     public func onBulkWorkDone(_ body: @escaping @Sendable () -> Void) {
-        bulkWorkSink.withLock { $0 = body }
+        sinks.withLock { $0.bulkWorkDone = body }
     }
 
     func bulkWorkDone() {
-        bulkWorkSink.withLock { $0 }?()
+        sinks.withLock { $0.bulkWorkDone }?()
     }
 
     /// How long the kernel may cache what it is told now: the TTL while the change feed is live
@@ -110,7 +110,17 @@ public final class DropboxFilesystem: Sendable {
     }
 
     func invalidate(_ invalidations: [KernelInvalidation]) {
-        guard !invalidations.isEmpty, let sink = invalidationSink.withLock({ $0 }) else { return }
+        guard !invalidations.isEmpty, let sink = sinks.withLock({ $0.invalidation }) else { return }
         sink(invalidations)
     }
+}
+
+/// The mount's callbacks, as fields of a struct. Not `Mutex<(() -> Void)?>`: a function type
+/// that is itself the lock's generic argument is reabstracted on every `withLock` (which passes
+/// its value `inout`) and stored back wrapped in two more thunks, so a sink called N times ran
+/// through 2N thunks and, on a long-lived mount, would have overflowed its caller's stack. A
+/// struct's fields keep their own representation. `SinkTests` holds this.
+struct Sinks {
+    var invalidation: (@Sendable ([KernelInvalidation]) -> Void)?
+    var bulkWorkDone: (@Sendable () -> Void)?
 }
