@@ -60,14 +60,24 @@ public final class FakeDropbox: DropboxAPI {
     /// bottleneck roughly do.
     private let link = Mutex((bytesPerSecond: 0.0, freeAt: 0.0))
     public let pageSize: Int
-    /// Called inside `listFolder`, before answering: lets a test hold a listing in flight, or
-    /// change the tree while a listing is under way.
-    private let gates: Mutex<(listing: (@Sendable () -> Void)?, recursive: (@Sendable () -> Void)?)>
+    /// Code a test runs inside a call, before it is answered (the setters below say where). Fields
+    /// of a struct, not each closure as a `Mutex`'s own argument: that is reabstracted at every
+    /// `withLock` and stored back in two more thunks (`Sinks` in DropboxFilesystem.swift).
+    private struct Gates {
+        var listing: (@Sendable () -> Void)?
+        var recursive: (@Sendable () -> Void)?
+        var cursor: (@Sendable () -> Void)?
+        var path: (@Sendable (_ path: String, _ recursive: Bool) -> Void)?
+        var chunk: (@Sendable (_ range: Range<UInt64>, _ sent: Int) -> Void)?
+    }
+    private let gates: Mutex<Gates>
 
+    /// `listingGate` and `recursiveGate` are called inside `listFolder`, before answering: they
+    /// let a test hold a listing in flight, or change the tree while a listing is under way.
     public init(pageSize: Int = 100, listingGate: (@Sendable () -> Void)? = nil,
          recursiveGate: (@Sendable () -> Void)? = nil) {
         self.pageSize = pageSize
-        self.gates = Mutex((listingGate, recursiveGate))
+        self.gates = Mutex(Gates(listing: listingGate, recursive: recursiveGate))
     }
 
     public var counters: Counters { contents.withLock { $0.counters } }
@@ -75,32 +85,26 @@ public final class FakeDropbox: DropboxAPI {
     /// Every file and folder, keyed by lowercased path.
     public var items: [String: Item] { contents.withLock { $0.items } }
 
-    private let cursorGate = Mutex<(@Sendable () -> Void)?>(nil)
-
     /// Called inside `latestCursor`, before answering: lets a test act while the cursor is taken.
     public func setCursorGate(_ gate: (@Sendable () -> Void)?) {
-        cursorGate.withLock { $0 = gate }
+        gates.withLock { $0.cursor = gate }
     }
-
-    private let pathGate = Mutex<(@Sendable (_ path: String, _ recursive: Bool) -> Void)?>(nil)
 
     /// Called inside `listFolder` with the folder it lists, after the other gates: lets a test
     /// make one folder's listing take longer than another's.
     public func setPathGate(_ gate: (@Sendable (_ path: String, _ recursive: Bool) -> Void)?) {
-        pathGate.withLock { $0 = gate }
+        gates.withLock { $0.path = gate }
     }
-
-    private let chunkGate = Mutex<(@Sendable (_ range: Range<UInt64>, _ sent: Int) -> Void)?>(nil)
 
     /// Called before each chunk a streamed download sends, with the download's range and the
     /// bytes it sent so far: lets a test hold one download in the middle of its body.
     public func setChunkGate(_ gate: (@Sendable (_ range: Range<UInt64>, _ sent: Int) -> Void)?) {
-        chunkGate.withLock { $0 = gate }
+        gates.withLock { $0.chunk = gate }
     }
 
     /// Replaces the gates (see `init`); a gate may change this Dropbox.
     public func setGates(listing: (@Sendable () -> Void)?, recursive: (@Sendable () -> Void)?) {
-        gates.withLock { $0 = (listing, recursive) }
+        gates.withLock { $0.listing = listing; $0.recursive = recursive }
     }
 
     public func fail(with error: DropboxError?) { contents.withLock { $0.failure = error } }
@@ -191,7 +195,7 @@ public final class FakeDropbox: DropboxAPI {
     public func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage {
         let gate = gates.withLock { recursive ? $0.recursive : $0.listing }
         gate?()
-        pathGate.withLock { $0 }?(path, recursive)
+        gates.withLock { $0.path }?(path, recursive)
         try checkFailure()
         let key = path.lowercased()
         if recursive {
@@ -268,7 +272,7 @@ public final class FakeDropbox: DropboxAPI {
     }
 
     public func latestCursor(path: String, recursive: Bool) throws(DropboxError) -> String {
-        cursorGate.withLock { $0 }?()
+        gates.withLock { $0.cursor }?()
         return contents.withLock { "feed:\($0.epoch):\($0.journal.count)" }
     }
 
@@ -340,7 +344,7 @@ public final class FakeDropbox: DropboxAPI {
         let cut = contents.withLock { $0.cuts.isEmpty ? nil : $0.cuts.removeFirst() }
         let limit = min(bytes.count, cut ?? .max)
         var sent = 0
-        let gate = chunkGate.withLock { $0 }
+        let gate = gates.withLock { $0.chunk }
         let firstByte = ProcessInfo.processInfo.systemUptime
         while sent < limit {
             let chunk = min(64 << 10, limit - sent)
