@@ -4,7 +4,6 @@ struct State {
     var fileHandles: [FileHandleID: OpenFile] = [:]
     var directoryHandles: [FileHandleID: [(name: String, slot: Slot)]] = [:]
     var nextHandle: UInt64 = 1
-    var lastOpenedRev: [Slot: String] = [:]
     var statistics: (FilesystemStatistics, Double)?
     var feed = FeedStatus()
     /// When caches were last dropped (SIGHUP): a folder listed before then is listed again, even

@@ -217,6 +217,21 @@ struct DropboxFSTests {
         #expect(try fs.open(inode).contentUnchanged == false, "open revalidates stale attributes")
     }
 
+    @Test func pagesAHandleOfASupersededRevMayHaveLeftAreNotKept() throws {
+        dropbox.addFile("/f", [1])
+        let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(1)))
+        let inode = try path(fs, "f").inode
+        let old = try fs.open(inode).handle
+        dropbox.addFile("/f", [2])
+        clock.advance(by: 2)
+        let new = try fs.open(inode)
+        #expect(new.contentUnchanged == false, "a handle of the old rev is still open")
+        fs.release(old)   // its reads may have left old pages in the kernel's cache
+        #expect(try fs.open(inode).contentUnchanged == false, "the old handle's pages must go")
+        #expect(try fs.open(inode).contentUnchanged == true, "opened at this rev since, with nothing else open")
+        fs.release(new.handle)
+    }
+
     @Test func namesAreExactUnlessCaseInsensitive() throws {
         dropbox.addFile("/Photo.JPG", [1])
         let exact = makeFS()

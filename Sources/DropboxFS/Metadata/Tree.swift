@@ -66,6 +66,10 @@ struct Tree {
         /// A complete folder whose listing may be out of date and is not trusted until listed
         /// again; unlike an incomplete one, it keeps its answer while Dropbox cannot be reached.
         static let mustListAgain: UInt16 = 32
+        /// A file last opened at its current rev: whatever pages the kernel caches for it are
+        /// that rev's. A bit here rather than a map of revs beside the tree, which kept an entry
+        /// for every file ever opened (an `rsync` of a million files: 60–90 MB for good).
+        static let openedAtCurrentRev: UInt16 = 64
     }
 
     private var records: [Record] = []
@@ -207,7 +211,9 @@ struct Tree {
                 if let details, self.details(existing) != details {
                     let contentChanged = self.details(existing)?.rev != details.rev
                     setDetails(existing, details)
-                    if contentChanged { records[Int(existing.index)].flags &= ~Flag.sizeReported }
+                    if contentChanged {
+                        records[Int(existing.index)].flags &= ~(Flag.sizeReported | Flag.openedAtCurrentRev)
+                    }
                     outcome = .updated(contentChanged: contentChanged, renamedFrom: renamedFrom)
                 }
                 return (existing, outcome)
@@ -259,6 +265,19 @@ struct Tree {
 
     mutating func markSizeReported(_ slot: Slot) {
         records[Int(slot.index)].flags |= Flag.sizeReported
+    }
+
+    /// Whether the file was last opened at its current rev (cleared when its rev changes).
+    func isOpenedAtCurrentRev(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.openedAtCurrentRev != 0 }
+
+    mutating func markOpenedAtCurrentRev(_ slot: Slot) {
+        guard isAlive(slot) else { return }
+        records[Int(slot.index)].flags |= Flag.openedAtCurrentRev
+    }
+
+    mutating func clearOpenedAtCurrentRev(_ slot: Slot) {
+        guard isAlive(slot) else { return }
+        records[Int(slot.index)].flags &= ~Flag.openedAtCurrentRev
     }
 
     mutating func markComplete(_ folder: Slot, listedAt: Double) {

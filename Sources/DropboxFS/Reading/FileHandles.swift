@@ -19,8 +19,8 @@ extension DropboxFilesystem {
                 // The page cache is per inode. While a handle of another rev is open, its reads may
                 // still land there, so this handle bypasses the cache and keeps nothing.
                 let otherRevOpen = state.fileHandles.values.contains { $0.slot == slot && $0.rev != file.rev }
-                let unchanged = state.lastOpenedRev[slot] == file.rev && !otherRevOpen
-                state.lastOpenedRev[slot] = file.rev
+                let unchanged = state.tree.isOpenedAtCurrentRev(slot) && !otherRevOpen
+                state.tree.markOpenedAtCurrentRev(slot)
                 let rev = file.rev
                 let stream = reader.open(ReadFile(id: file.id, rev: rev, size: file.size)) { [weak self] in
                     self?.isCurrent(slot: slot, rev: rev) ?? false
@@ -98,7 +98,7 @@ extension DropboxFilesystem {
             guard let file = state.fileHandles.removeValue(forKey: handle) else { return nil }
             // A handle of a superseded rev may have left its pages in the cache: the next open
             // must not keep them.
-            if state.tree.details(file.slot)?.rev != file.rev { state.lastOpenedRev[file.slot] = nil }
+            if state.tree.details(file.slot)?.rev != file.rev { state.tree.clearOpenedAtCurrentRev(file.slot) }
             return file.stream
         }
         if let stream { reader.close(stream) }
