@@ -629,6 +629,31 @@ struct ReadEngineTests {
         }
     }
 
+    @Test func rereadingCachedBlocksDoesNotGrowTheEvictionOrder() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-blocks-\(UUID())").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let content = Self.content(4 * Self.MiB)
+        dropbox.addFile("/f.bin", content)
+        // Far below capacity, so nothing is ever evicted: the order must not rely on eviction.
+        let fs = makeFS(ReadAheadOptions(blockCacheDirectory: directory, blockCacheBytes: 64 << 20))
+        let first = try open(fs, "f.bin")
+        #expect(try readAll(fs, first, size: content.count) == content)
+        fs.release(first)
+        #expect(eventually { fs.reader.cache?.usage.blocks == 4 })
+        let cache = try #require(fs.reader.cache)
+        // One 4 KiB read per block, from a fresh handle each time: a part filled from each block.
+        for round in 0..<5000 {
+            let handle = try open(fs, "f.bin")
+            let offset = (round % 4) * Self.MiB
+            #expect(try fs.read(handle, offset: UInt64(offset), size: 4096) == Array(content[offset..<(offset + 4096)]))
+            fs.release(handle)
+        }
+        #expect(dropbox.downloadedBytes == UInt64(content.count), "every read after the first came from the cache")
+        // Before: one place per block read (5,004 here, and on for good); the sweep keeps it
+        // within twice the blocks plus 4,096.
+        #expect(cache.evictionOrderLength <= 2 * 4 + 4096, "\(cache.evictionOrderLength) places for 4 blocks")
+    }
+
     @Test func theBlockCacheEvictsLeastRecentlyUsedBlocks() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-blocks-\(UUID())").path
         defer { try? FileManager.default.removeItem(atPath: directory) }

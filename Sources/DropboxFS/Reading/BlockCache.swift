@@ -48,7 +48,20 @@ final class BlockCache: Sendable {
             entries[key] = (size, tick)
             total += size
             order.append((key, tick))
+            // Each touch leaves the key's earlier place in `order` behind, stale. Eviction skips
+            // and trims those, but a cache that is seldom full seldom evicts: a mount re-reading
+            // cached files would grow `order` by one key per block read, for good.
+            if order.count - orderHead > 2 * entries.count + 4096 { dropStaleOrder() }
         }
+
+        /// Keeps only each key's latest place in `order`, in order.
+        private mutating func dropStaleOrder() {
+            order = order[orderHead...].filter { entries[$0.key]?.tick == $0.tick }
+            orderHead = 0
+        }
+
+        /// Places in `order` not yet passed by eviction, stale ones included.
+        var orderLength: Int { order.count - orderHead }
 
         /// The least recently used key that `isPinned` does not keep, removed from the index.
         mutating func evictOne(isPinned: (String) -> Bool) -> String? {
@@ -306,6 +319,9 @@ final class BlockCache: Sendable {
 
     /// Bytes and blocks held (for tests and logs).
     var usage: (bytes: UInt64, blocks: Int) { withIndex { ($0.total, $0.entries.count) } }
+
+    /// How many places the eviction order holds (tests: it stays near the number of blocks).
+    var evictionOrderLength: Int { withIndex { $0.orderLength } }
 }
 
 extension String {
