@@ -94,6 +94,24 @@ struct ThumbnailTests {
         #expect(store.count == 3)
     }
 
+    @Test func filesRewrittenManyTimesAreRememberedOnceEach() throws {
+        photos(1)
+        dropbox.addFile("/Photos/broken.jpg", Array("this is not a JPEG".utf8))
+        let fs = makeFS(ttl: 1)
+        for rewrite in 1...5 {
+            try openFolder(fs, "Photos")
+            dropbox.addFile("/Photos/IMG_0.jpg", Array("IMG \(rewrite)".utf8), modified: 1_800_000_000 + Int64(rewrite))
+            dropbox.addFile("/Photos/broken.jpg", Array("still not a JPEG \(rewrite)".utf8))
+            clock.advance(by: 2)
+        }
+        try openFolder(fs, "Photos")
+        #expect(store.entry("/Photos/IMG_0.jpg", .normal)?.modified == 1_800_000_005, "the last rev is thumbnailed")
+        #expect(dropbox.counters.thumbnailEntries == 6 * 6, "each rev of each file asked once, in three flavors")
+        // Before: a path and rev for every rev thumbnailed, an id and rev for every rev refused.
+        let remembered = try #require(fs.thumbnailer).remembered
+        #expect(remembered.thumbnailed == 1 && remembered.unthumbnailable == 1, "\(remembered)")
+    }
+
     @Test func thumbnailsAlreadyInTheStoreAreNotFetched() throws {
         photos(3)
         // What an earlier mount left: every flavor current for every image.

@@ -45,12 +45,15 @@ final class Thumbnailer: Sendable {
     }
 
     private struct State {
-        /// Targets whose every flavor is in the store, as written or checked.
-        var current: Set<Key> = []
-        /// Paths thumbnailed at some rev: the change feed refreshes these when their rev changes.
-        var thumbnailedPaths: Set<String> = []
-        /// `id`+`rev` Dropbox cannot thumbnail.
-        var unthumbnailable: Set<String> = []
+        /// By path, the rev whose every flavor is in the store, as written or checked. One entry
+        /// per path, whatever its revs: the change feed refreshes these paths when their rev changes.
+        var thumbnailedRev: [String: String] = [:]
+        /// By file id, the rev Dropbox cannot thumbnail (one per file, not one per rev ever seen).
+        var unthumbnailableRev: [String: String] = [:]
+
+        func isCurrent(_ target: ThumbnailTarget) -> Bool { thumbnailedRev[target.relativePath] == target.rev }
+
+        func cannotBeThumbnailed(_ target: ThumbnailTarget) -> Bool { unthumbnailableRev[target.id] == target.rev }
         /// Targets being fetched, and the round fetching them.
         var inFlight: [Key: Round] = [:]
         /// The store cannot be written: nothing more is fetched.
@@ -67,6 +70,11 @@ final class Thumbnailer: Sendable {
         workers = WorkerPool(name: "dbx-thumbnails", limit: options.concurrentCalls)
     }
 
+    /// How many paths and files the thumbnailer remembers (tests: one each, however many revs).
+    var remembered: (thumbnailed: Int, unthumbnailable: Int) {
+        state.withLock { ($0.thumbnailedRev.count, $0.unthumbnailableRev.count) }
+    }
+
     /// Makes sure `targets` have current thumbnails, waiting up to `folderWait` for the ones that
     /// must be fetched (or for other callers' fetches of the same ones).
     func prepare(_ targets: [ThumbnailTarget]) {
@@ -76,7 +84,7 @@ final class Thumbnailer: Sendable {
 
     /// New revs of files that had thumbnails: fetched in the background, nobody waits.
     func refresh(_ targets: [ThumbnailTarget]) {
-        let known = state.withLock { s in targets.filter { s.thumbnailedPaths.contains($0.relativePath) } }
+        let known = state.withLock { s in targets.filter { s.thumbnailedRev[$0.relativePath] != nil } }
         _ = start(known, urgent: false)
     }
 
@@ -88,7 +96,7 @@ final class Thumbnailer: Sendable {
             guard !s.disabled else { return [] }
             return targets.filter { target in
                 let key = Key(target)
-                if s.current.contains(key) || s.unthumbnailable.contains(target.id + "\0" + target.rev) { return false }
+                if s.isCurrent(target) || s.cannotBeThumbnailed(target) { return false }
                 if let round = s.inFlight[key] { others.append(round); return false }
                 return true
             }
@@ -96,10 +104,7 @@ final class Thumbnailer: Sendable {
         // A thumbnail another run of the mount (or the file manager) left is as good as a new one.
         let missing = unknown.filter { target in
             guard store.hasCurrent(target, flavors: options.flavors) else { return true }
-            state.withLock { s in
-                s.current.insert(Key(target))
-                s.thumbnailedPaths.insert(target.relativePath)
-            }
+            state.withLock { $0.thumbnailedRev[target.relativePath] = target.rev }
             return false
         }
         let round = Round(waitingOn: others)
@@ -124,10 +129,7 @@ final class Thumbnailer: Sendable {
                 for target in claimed {
                     let key = Key(target)
                     if s.inFlight[key] === round { s.inFlight[key] = nil }
-                    if saved.contains(key) {
-                        s.current.insert(key)
-                        s.thumbnailedPaths.insert(target.relativePath)
-                    }
+                    if saved.contains(key) { s.thumbnailedRev[target.relativePath] = target.rev }
                 }
             }
         }
@@ -169,7 +171,7 @@ final class Thumbnailer: Sendable {
                     "path": "\(target.relativePath)", "error": "\(tags.joined(separator: "/"))"])
                 // Any answer about the file itself stands for this rev; only the call's failure
                 // (thrown above) is worth another try.
-                state.withLock { _ = $0.unthumbnailable.insert(target.id + "\0" + target.rev) }
+                state.withLock { $0.unthumbnailableRev[target.id] = target.rev }
             }
         }
     }
