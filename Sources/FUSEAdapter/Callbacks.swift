@@ -115,7 +115,7 @@ public enum Callbacks {
             info.pointee.fh = opened.handle.rawValue
             dbx_fi_set_keep_cache(info, opened.contentUnchanged ? 1 : 0)
             dbx_fi_set_direct_io(info, opened.kernelSizeMayBeStale || mount.directIO ? 1 : 0)
-            reply.open(info)
+            if !reply.open(info) { mount.filesystem.release(opened.handle) }
         case .failure(let error):
             reply.failure(error)
         }
@@ -148,7 +148,8 @@ public enum Callbacks {
 
     private static func opendir(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         let reply = Reply(req!, "opendir")
-        switch Result(catching: { () throws(FSError) in try context(req!).filesystem.openDirectory(InodeNumber(inode)) }) {
+        let filesystem = context(req!).filesystem   // taken now: the request is freed by the reply
+        switch Result(catching: { () throws(FSError) in try filesystem.openDirectory(InodeNumber(inode)) }) {
         case .success(let handle):
             fi!.pointee.fh = handle.rawValue
             // Every change to a folder the kernel may have listed reaches it as an invalidation
@@ -156,7 +157,7 @@ public enum Callbacks {
             // listings across opens: `find` run twice reads the second time from the kernel.
             dbx_fi_set_cache_readdir(fi!, 1)
             dbx_fi_set_keep_cache(fi!, 1)
-            reply.open(fi!)
+            if !reply.open(fi!) { filesystem.releaseDirectory(handle) }
         case .failure(let error):
             reply.failure(error)
         }

@@ -92,11 +92,14 @@ struct Reply: ~Copyable {
         discard self
     }
 
-    /// The corresponding C function is `fuse_reply_open`.
-    consuming func open(_ info: UnsafeMutablePointer<fuse_file_info>) {
-        fuse_reply_open(request, info)
+    /// The corresponding C function is `fuse_reply_open`. False if the kernel did not take the
+    /// reply (the `open(2)` was interrupted meanwhile): it will never release this handle, so the
+    /// caller must.
+    consuming func open(_ info: UnsafeMutablePointer<fuse_file_info>) -> Bool {
+        let taken = fuse_reply_open(request, info) == 0
         ended(failed: false)
         discard self
+        return taken
     }
 
     /// The corresponding C function is `fuse_reply_buf`.
