@@ -1,6 +1,7 @@
 import DropboxClient
 @testable import DropboxFS
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
@@ -85,6 +86,41 @@ struct PinTests {
         try remounted.unpin("/pinned")
         #expect(remounted.pinStatus.isEmpty)
         #expect(throws: PinError.notPinned("/Pinned")) { try remounted.unpin("/Pinned") }
+    }
+
+    @Test func aPinnedFileChangedWhileItIsFetchedIsFetchedAgainAtItsNewRev() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let dropbox = FakeDropbox()
+        dropbox.addFolder("/Pinned")
+        let oldSize = 3 * Pins.partSize, newSize = 2 * Pins.partSize + 5   // no part of the new rev ends where the old one does
+        dropbox.addFile("/Pinned/v.bin", Array(repeating: 1, count: oldSize))
+        let fs = makeFS(dropbox, directory: directory)
+        fs.startChangeFeed()
+        defer { fs.stopChangeFeed() }
+        #expect(eventually { fs.isFeedLive })
+        let folder = try fs.lookup(parent: .root, name: "Pinned").inode
+        // When the old rev's second part starts, Dropbox gets a new rev and the tree learns it.
+        let changed = Mutex(false)
+        dropbox.setChunkGate { range, sent in
+            guard range.lowerBound == UInt64(Pins.partSize), sent == 0, !changed.withLock({ $0 }) else { return }
+            changed.withLock { $0 = true }
+            dropbox.addFile("/Pinned/v.bin", Array(repeating: 2, count: newSize))
+            _ = eventually(within: 10) { (try? fs.lookup(parent: folder, name: "v.bin"))?.size == UInt64(newSize) }
+        }
+        _ = try fs.pin("/Pinned")
+        #expect(eventually(within: 30) { fs.pinStatus.first?.complete == true && fs.pinStatus.first?.bytesTotal == UInt64(newSize) },
+                "\(fs.pinStatus)")
+        #expect(changed.withLock { $0 })
+        // The old rev stopped after the part in flight: two of its three parts (its third never
+        // asked for, though Dropbox would refuse it here anyway), then the new rev whole.
+        #expect(!dropbox.downloadRanges.contains(UInt64(2 * Pins.partSize)..<UInt64(oldSize)), "\(dropbox.downloadRanges)")
+        #expect(dropbox.downloadedBytes == UInt64(2 * Pins.partSize + newSize), "\(dropbox.downloadRanges)")
+        let handle = try fs.open(try fs.lookup(parent: folder, name: "v.bin").inode).handle
+        let downloads = dropbox.counters.download
+        #expect(try fs.read(handle, offset: UInt64(newSize - 4096), size: 4096) == Array(repeating: 2, count: 4096))
+        #expect(dropbox.counters.download == downloads, "the new rev is read from the block cache")
+        fs.release(handle)
     }
 
     @Test func whatCannotBePinnedIsRefused() throws {

@@ -198,7 +198,7 @@ extension DropboxFilesystem {
             pins.add(normalized)
             let status = PinStatus(path: normalized, listed: listed, files: files.count,
                                    bytesTotal: files.reduce(0) { $0 + $1.size },
-                                   bytesDone: files.reduce(0) { $0 + cache.cachedBytes(of: $1) })
+                                   bytesDone: files.reduce(0) { $0 + cache.cachedBytes(of: $1.file) })
             pins.update(status)
             return status
         }
@@ -251,7 +251,14 @@ extension DropboxFilesystem {
         case missing, file
         /// The files below (at their current revs, exports left out: they have no blocks) and
         /// whether every folder below is listed.
-        case folder(files: [ReadFile], listed: Bool)
+        case folder(files: [PinnedFile], listed: Bool)
+    }
+
+    /// A file below a pinned folder, and where the tree holds it.
+    struct PinnedFile {
+        var slot: Slot
+        var file: ReadFile
+        var size: UInt64 { file.size }
     }
 
     func scanPinned(_ path: String) -> PinScan {
@@ -260,7 +267,7 @@ extension DropboxFilesystem {
             let full = options.rootPath + (path == "/" ? "" : path)
             guard let folder = tree.slot(atPath: full, below: options.rootPath), tree.isAlive(folder) else { return .missing }
             guard tree.isDirectory(folder) else { return .file }
-            var files: [ReadFile] = []
+            var files: [PinnedFile] = []
             var listed = true
             var stack = [folder]
             while let next = stack.popLast() {
@@ -269,7 +276,7 @@ extension DropboxFilesystem {
                     if tree.isDirectory(child) {
                         stack.append(child)
                     } else if let details = tree.details(child), !details.isExport {
-                        files.append(ReadFile(id: details.id, rev: details.rev, size: details.size))
+                        files.append(PinnedFile(slot: child, file: ReadFile(id: details.id, rev: details.rev, size: details.size)))
                     }
                 }
             }
@@ -296,7 +303,7 @@ extension DropboxFilesystem {
         if !options.followsChanges { for path in pins.list { listBelow(path) } }
         let scans = pins.list.map { ($0, scanPinned($0)) }
         var kept: [ReadFile] = []
-        for case (_, .folder(let files, _)) in scans { kept += files }
+        for case (_, .folder(let files, _)) in scans { kept += files.map(\.file) }
         cache.setPinned(kept)
         for (path, scan) in scans {
             guard case .folder(let files, let listed) = scan else {
@@ -304,9 +311,9 @@ extension DropboxFilesystem {
                 continue
             }
             let total = files.reduce(UInt64(0)) { $0 + $1.size }
-            let done = Mutex(files.reduce(UInt64(0)) { $0 + cache.cachedBytes(of: $1) })
+            let done = Mutex(files.reduce(UInt64(0)) { $0 + cache.cachedBytes(of: $1.file) })
             pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: done.withLock { $0 }))
-            let missing = files.filter { cache.cachedBytes(of: $0) < $0.size }
+            let missing = files.filter { cache.cachedBytes(of: $0.file) < $0.size }
             // `pinConcurrency` files at a time, each one request of at most 8 MiB at a time: a
             // round trip per file no longer adds up file after file, and the memory stays bounded.
             let next = Mutex(0)
@@ -319,10 +326,10 @@ extension DropboxFilesystem {
                         let index = next.withLock { i -> Int in defer { i += 1 }; return i }
                         guard index < missing.count, !stopped.load(ordering: .relaxed), !reachability.isUnreachable,
                               pins.list.contains(path) else { return }
-                        let file = missing[index]
-                        let before = cache.cachedBytes(of: file)
-                        fetchWhole(file, pins: pins)
-                        let after = cache.cachedBytes(of: file)
+                        let pinned = missing[index]
+                        let before = cache.cachedBytes(of: pinned.file)
+                        fetchWhole(pinned, pins: pins)
+                        let after = cache.cachedBytes(of: pinned.file)
                         let now = done.withLock { $0 += after - min(before, after); return $0 }
                         pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: now))
                     }
@@ -341,8 +348,9 @@ extension DropboxFilesystem {
     /// The blocks of `file` not in the cache yet, downloaded through the read engine (so they land
     /// in the block cache) in parts of 8 MiB, one after another: one request and 8 MiB of memory
     /// at a time per file, beside whatever the user reads.
-    private func fetchWhole(_ file: ReadFile, pins: Pins) {
-        let stream = reader.open(file) { [weak self] in self?.isCurrentRev(file) ?? false }
+    private func fetchWhole(_ pinned: PinnedFile, pins: Pins) {
+        let file = pinned.file
+        let stream = reader.open(file) { [weak self] in self?.isCurrent(pinned) ?? false }
         defer { reader.close(stream) }
         let step = UInt64(Pins.partSize)
         var offset: UInt64 = 0
@@ -356,14 +364,14 @@ extension DropboxFilesystem {
         }
     }
 
-    /// Whether `file`'s rev is still the one the tree has for its id.
-    private func isCurrentRev(_ file: ReadFile) -> Bool {
+    /// Whether the tree still holds `pinned` where the scan found it, at the same rev. Asked
+    /// before each part: it looks at one record, where it used to walk the whole tree under the
+    /// state lock (on a tree of a million entries, every filesystem call waited out each walk). A
+    /// file moved meanwhile stops here; the next pass finds it where it went.
+    private func isCurrent(_ pinned: PinnedFile) -> Bool {
         state.withLock { state in
-            var current = false
-            state.tree.walk { slot in
-                if !current, let details = state.tree.details(slot), details.id == file.id, details.rev == file.rev { current = true }
-            }
-            return current
+            guard state.tree.isAlive(pinned.slot), let details = state.tree.details(pinned.slot) else { return false }
+            return details.id == pinned.file.id && details.rev == pinned.file.rev
         }
     }
 }
