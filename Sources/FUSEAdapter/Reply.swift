@@ -93,8 +93,8 @@ struct Reply: ~Copyable {
     }
 
     /// The corresponding C function is `fuse_reply_open`. False if the kernel did not take the
-    /// reply (the `open(2)` was interrupted meanwhile): it will never release this handle, so the
-    /// caller must.
+    /// reply (the request is gone: the connection was aborted, or an older kernel gave up on an
+    /// interrupted `open(2)`): it will never release this handle, so the caller must.
     consuming func open(_ info: UnsafeMutablePointer<fuse_file_info>) -> Bool {
         let taken = fuse_reply_open(request, info) == 0
         ended(failed: false)

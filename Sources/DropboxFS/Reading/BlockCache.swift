@@ -48,20 +48,22 @@ final class BlockCache: Sendable {
             entries[key] = (size, tick)
             total += size
             order.append((key, tick))
-            // Each touch leaves the key's earlier place in `order` behind, stale. Eviction skips
-            // and trims those, but a cache that is seldom full seldom evicts: a mount re-reading
-            // cached files would grow `order` by one key per block read, for good.
-            if order.count - orderHead > 2 * entries.count + 4096 { dropStaleOrder() }
+            compactOrderIfWasteful()
         }
 
-        /// Keeps only each key's latest place in `order`, in order.
-        private mutating func dropStaleOrder() {
+        /// Drops the places eviction has passed and those a later touch of their key made stale,
+        /// once they are most of `order`. On every touch, not only while evicting: a cache that
+        /// is seldom full seldom evicts, and a mount re-reading cached files would grow `order`
+        /// by one key per block read, for good. Each key has one current place, so what is kept
+        /// is at most `entries.count`, and the next sweep is thousands of touches away.
+        private mutating func compactOrderIfWasteful() {
+            guard order.count > 2 * entries.count + 4096 else { return }
             order = order[orderHead...].filter { entries[$0.key]?.tick == $0.tick }
             orderHead = 0
         }
 
-        /// Places in `order` not yet passed by eviction, stale ones included.
-        var orderLength: Int { order.count - orderHead }
+        /// Places `order` holds, passed and stale ones included.
+        var orderLength: Int { order.count }
 
         /// The least recently used key that `isPinned` does not keep, removed from the index.
         mutating func evictOne(isPinned: (String) -> Bool) -> String? {
@@ -79,13 +81,10 @@ final class BlockCache: Sendable {
                 }
                 let (key, tick) = order[orderHead]
                 orderHead += 1
-                if orderHead > 4096, orderHead * 2 > order.count {
-                    order.removeFirst(orderHead)
-                    orderHead = 0
-                }
                 guard let entry = entries[key], entry.tick == tick else { continue }
                 entries[key] = nil
                 total -= entry.size
+                compactOrderIfWasteful()
                 return key
             }
             return nil

@@ -50,14 +50,14 @@ final class Thumbnailer: Sendable {
         var thumbnailedRev: [String: String] = [:]
         /// By file id, the rev Dropbox cannot thumbnail (one per file, not one per rev ever seen).
         var unthumbnailableRev: [String: String] = [:]
-
-        func isCurrent(_ target: ThumbnailTarget) -> Bool { thumbnailedRev[target.relativePath] == target.rev }
-
-        func cannotBeThumbnailed(_ target: ThumbnailTarget) -> Bool { unthumbnailableRev[target.id] == target.rev }
         /// Targets being fetched, and the round fetching them.
         var inFlight: [Key: Round] = [:]
         /// The store cannot be written: nothing more is fetched.
         var disabled = false
+
+        func isCurrent(_ target: ThumbnailTarget) -> Bool { thumbnailedRev[target.relativePath] == target.rev }
+
+        func cannotBeThumbnailed(_ target: ThumbnailTarget) -> Bool { unthumbnailableRev[target.id] == target.rev }
     }
 
     private let state = Mutex(State())
