@@ -12,9 +12,8 @@ public final class SharedLinkDropbox: DropboxAPI {
     public let link: SharedLink
     /// The link's one file, for a file link; nil for a folder link.
     let file: FileMetadata?
-    /// Where each rev was last listed, relative to the link ("/a/b.txt"), and which folder each
-    /// cursor of a paged listing belongs to: a link listing's entries carry no paths.
-    private let seen = Mutex<(revs: [String: String], cursors: [String: String])>(([:], [:]))
+    /// What the link's listings showed: a link listing's entries carry no paths.
+    private let seen = Mutex(Seen())
 
     /// `target` is what `sharedLinkMetadata(link)` said the link is.
     public init(client: DropboxHTTPClient, link: SharedLink, target: SharedLinkTarget) {
@@ -39,7 +38,7 @@ public final class SharedLinkDropbox: DropboxAPI {
 
     public func listFolderContinue(cursor: String) throws(DropboxError) -> ListFolderPage {
         guard cursor != Self.fileLinkCursor else { return ListFolderPage(entries: [], cursor: cursor, hasMore: false) }
-        let folder = seen.withLock { $0.cursors.removeValue(forKey: cursor) }
+        let folder = seen.withLock { $0.folderOfCursor.removeValue(forKey: cursor) }
         let page = try client.listFolderContinue(cursor: cursor)
         return folder.map { record(page, folder: $0) } ?? page
     }
@@ -107,6 +106,26 @@ public final class SharedLinkDropbox: DropboxAPI {
 
     // MARK: - Paths of what was listed
 
+    /// Where each rev was last listed, relative to the link ("/a/b.txt"), and which folder each
+    /// cursor of a paged listing belongs to. A path keeps only the rev it was last listed at: the
+    /// link serves a path's current content only, so an older rev there could never be read
+    /// again, and a mount that lives for months would otherwise keep every rev it ever saw.
+    private struct Seen {
+        var pathOfRev: [String: String] = [:]
+        var revAtPath: [String: String] = [:]
+        var folderOfCursor: [String: String] = [:]
+
+        mutating func note(rev: String, at path: String) {
+            if let replaced = revAtPath.updateValue(rev, forKey: path), replaced != rev,
+               pathOfRev[replaced] == path {
+                pathOfRev[replaced] = nil
+            }
+            if let moved = pathOfRev.updateValue(path, forKey: rev), moved != path, revAtPath[moved] == rev {
+                revAtPath[moved] = nil
+            }
+        }
+    }
+
     /// Where a rev is read through the link: `path` nil is the link itself (a file link's one
     /// file), else the path relative to the link where it was last listed.
     private struct Place { let path: String? }
@@ -114,22 +133,25 @@ public final class SharedLinkDropbox: DropboxAPI {
     /// Where `rev` is read; nil for a rev the link does not show.
     private func place(of rev: String) -> Place? {
         if let file { return file.rev == rev ? Place(path: nil) : nil }
-        return seen.withLock { $0.revs[rev] }.map { Place(path: $0) }
+        return seen.withLock { $0.pathOfRev[rev] }.map { Place(path: $0) }
     }
 
     private func record(_ page: ListFolderPage, folder: String) -> ListFolderPage {
         seen.withLock { seen in
             for case .file(let file) in page.entries {
-                seen.revs[file.rev] = folder + "/" + file.name
+                seen.note(rev: file.rev, at: folder + "/" + file.name)
             }
-            if page.hasMore { seen.cursors[page.cursor] = folder }
+            if page.hasMore { seen.folderOfCursor[page.cursor] = folder }
         }
         return page
     }
 
     private func remember(rev: String, at path: String) {
-        seen.withLock { $0.revs[rev] = path }
+        seen.withLock { $0.note(rev: rev, at: path) }
     }
+
+    /// How many revs the adapter remembers a place for (tests: one per path listed, not per rev).
+    var rememberedRevs: Int { seen.withLock { $0.pathOfRev.count } }
 
     static let fileLinkCursor = "shared-file-link"
     static let notFound = DropboxError.route(tags: ["path", "not_found"], summary: "path/not_found/")

@@ -2,7 +2,7 @@
 // what a link is, its folders listed page by page, files read by rev with Range (or from a server
 // that ignores Range), a file that changed since it was listed, and each refusal.
 
-import DropboxClient
+@testable import DropboxClient
 import DropboxEmulator
 import Foundation
 import Synchronization
@@ -79,6 +79,32 @@ struct SharedLinkTests {
         #expect(error?.isRoute("path", "not_found") == true, "\(String(describing: error))")
         guard case .file(let new)? = try listAll(api, "").first(where: { $0.name == "b.txt" }) else { Issue.record("no b.txt"); return }
         #expect(try api.download(path: "rev:" + new.rev, range: 0..<8) == Array("changed\n".utf8))
+    }
+
+    @Test func aFileRewrittenManyTimesIsRememberedAtItsLatestRevOnly() throws {
+        let f = try fixture()
+        let api = SharedLinkDropbox(client: f.client, link: SharedLink(url: try f.server.publishSharedLink(path: "/Pub")),
+                                    target: .folder(name: "Pub", id: nil))
+        var revs: [String] = []
+        for round in 0..<6 {
+            if round > 0 {
+                try f.write("Pub/b.txt", Array("round \(round)\n".utf8))
+                Thread.sleep(forTimeInterval: 0.3)   // the emulator's watcher
+            }
+            guard case .file(let file)? = try listAll(api, "").first(where: { $0.name == "b.txt" }) else {
+                Issue.record("no b.txt"); return
+            }
+            revs.append(file.rev)
+            _ = try api.metadata(path: "/b.txt")
+        }
+        #expect(Set(revs).count == 6, "each write is a new rev")
+        #expect(api.rememberedRevs == 1, "the root's one file, at its latest rev")
+        #expect(try api.download(path: "rev:" + revs[5], range: 0..<8) == Array("round 5\n".utf8))
+        let stale = thrown { () throws(DropboxError) in try api.download(path: "rev:" + revs[2], range: 0..<8) }
+        #expect(stale?.isRoute("path", "not_found") == true, "\(String(describing: stale))")
+        // A paged folder's files are remembered once each however often it is listed.
+        for _ in 0..<3 { _ = try listAll(api, "/many", limit: 4) }
+        #expect(api.rememberedRevs == 26)
     }
 
     @Test func aFileLinkIsAFolderOfOneFileAndAPasswordIsNeeded() throws {
