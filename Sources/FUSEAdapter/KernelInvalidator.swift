@@ -57,8 +57,10 @@ public final class KernelInvalidator: @unchecked Sendable {
                 condition.unlock()
                 return
             }
+            // The batch takes the queue's storage and the queue starts empty: keeping its capacity
+            // would copy-allocate the largest batch ever seen (a SIGHUP's whole tree) every time.
             let batch = pending
-            pending.removeAll(keepingCapacity: true)
+            pending = []
             condition.unlock()
             for invalidation in batch { send(invalidation) }
         }
