@@ -13,13 +13,22 @@ public final class SharedLinkDropbox: DropboxAPI {
     /// The link's one file, for a file link; nil for a folder link.
     let file: FileMetadata?
     /// What the link's listings showed: a link listing's entries carry no paths.
-    private let seen = Mutex(Seen())
+    private let seen: Mutex<Seen>
 
     /// `target` is what `sharedLinkMetadata(link)` said the link is.
-    public init(client: DropboxHTTPClient, link: SharedLink, target: SharedLinkTarget) {
+    public convenience init(client: DropboxHTTPClient, link: SharedLink, target: SharedLinkTarget) {
+        self.init(client: client, link: link, target: target, unfinishedListingLimit: 1024)
+    }
+
+    /// `unfinishedListingLimit`: how many cursors of paged listings not yet continued are kept
+    /// (oldest dropped first). A listing that fails or is stopped midway never continues its
+    /// last cursors; the mount runs at most 80 listings at once (64 of its own, 16 for readers),
+    /// each a few pages ahead.
+    init(client: DropboxHTTPClient, link: SharedLink, target: SharedLinkTarget, unfinishedListingLimit: Int) {
         self.client = client
         self.link = link
         if case .file(let metadata) = target { file = metadata } else { file = nil }
+        seen = Mutex(Seen(unfinishedListingLimit: max(unfinishedListingLimit, 1)))
     }
 
     public func currentAccount() throws(DropboxError) -> Account { try client.currentAccount() }
@@ -38,7 +47,7 @@ public final class SharedLinkDropbox: DropboxAPI {
 
     public func listFolderContinue(cursor: String) throws(DropboxError) -> ListFolderPage {
         guard cursor != Self.fileLinkCursor else { return ListFolderPage(entries: [], cursor: cursor, hasMore: false) }
-        let folder = seen.withLock { $0.folderOfCursor.removeValue(forKey: cursor) }
+        let folder = seen.withLock { $0.folderOfCursor.removeValue(forKey: cursor)?.folder }
         let page = try client.listFolderContinue(cursor: cursor)
         return folder.map { record(page, folder: $0) } ?? page
     }
@@ -109,11 +118,27 @@ public final class SharedLinkDropbox: DropboxAPI {
     /// Where each rev was last listed, relative to the link ("/a/b.txt"), and which folder each
     /// cursor of a paged listing belongs to. A path keeps only the rev it was last listed at: the
     /// link serves a path's current content only, so an older rev there could never be read
-    /// again, and a mount that lives for months would otherwise keep every rev it ever saw.
+    /// again, and a mount that lives for months would otherwise keep every rev it ever saw. For
+    /// the same reason the cursors are bounded: those of listings that ended midway are never
+    /// continued, so past `unfinishedListingLimit` the oldest goes.
     private struct Seen {
+        let unfinishedListingLimit: Int
         var pathOfRev: [String: String] = [:]
         var revAtPath: [String: String] = [:]
-        var folderOfCursor: [String: String] = [:]
+        var folderOfCursor: [String: (folder: String, order: UInt64)] = [:]
+        var cursorsNoted: UInt64 = 0
+
+        init(unfinishedListingLimit: Int) { self.unfinishedListingLimit = unfinishedListingLimit }
+
+        mutating func note(cursor: String, of folder: String) {
+            folderOfCursor[cursor] = (folder, cursorsNoted)
+            cursorsNoted += 1
+            // A scan of at most the limit, and only once listings have been left unfinished.
+            if folderOfCursor.count > unfinishedListingLimit,
+               let oldest = folderOfCursor.min(by: { $0.value.order < $1.value.order }) {
+                folderOfCursor[oldest.key] = nil
+            }
+        }
 
         mutating func note(rev: String, at path: String) {
             if let replaced = revAtPath.updateValue(rev, forKey: path), replaced != rev,
@@ -141,7 +166,7 @@ public final class SharedLinkDropbox: DropboxAPI {
             for case .file(let file) in page.entries {
                 seen.note(rev: file.rev, at: folder + "/" + file.name)
             }
-            if page.hasMore { seen.folderOfCursor[page.cursor] = folder }
+            if page.hasMore { seen.note(cursor: page.cursor, of: folder) }
         }
         return page
     }
@@ -152,6 +177,9 @@ public final class SharedLinkDropbox: DropboxAPI {
 
     /// How many revs the adapter remembers a place for (tests: one per path listed, not per rev).
     var rememberedRevs: Int { seen.withLock { $0.pathOfRev.count } }
+
+    /// How many cursors of paged listings the adapter keeps (tests: bounded however many are left).
+    var rememberedCursors: Int { seen.withLock { $0.folderOfCursor.count } }
 
     static let fileLinkCursor = "shared-file-link"
     static let notFound = DropboxError.route(tags: ["path", "not_found"], summary: "path/not_found/")

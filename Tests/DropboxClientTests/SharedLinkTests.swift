@@ -107,6 +107,37 @@ struct SharedLinkTests {
         #expect(api.rememberedRevs == 26)
     }
 
+    @Test func listingsLeftUnfinishedKeepABoundedNumberOfCursors() throws {
+        let f = try fixture()
+        let api = SharedLinkDropbox(client: f.client, link: SharedLink(url: try f.server.publishSharedLink(path: "/Pub")),
+                                    target: .folder(name: "Pub", id: nil), unfinishedListingLimit: 3)
+        // Listings of five paged folders that stop after their first page, as a failed one does.
+        for folder in 0..<5 {
+            for i in 0..<3 { try f.write("Pub/paged/d\(folder)/f\(i).txt", [UInt8(i)]) }
+        }
+        Thread.sleep(forTimeInterval: 0.3)   // the emulator's watcher
+        var cursors: [String] = []
+        for folder in 0..<5 {
+            let page = try api.listFolder(path: "/paged/d\(folder)", recursive: false, limit: 1)
+            #expect(page.hasMore)
+            cursors.append(page.cursor)
+        }
+        #expect(api.rememberedCursors == 3, "the two oldest are dropped")
+        // The newest still continues with its folder known: the files of its next page are read.
+        let next = try api.listFolderContinue(cursor: cursors[4])
+        guard case .file(let file)? = next.entries.first else { Issue.record("no file on the second page"); return }
+        #expect(try api.download(path: "rev:" + file.rev, range: 0..<1).count == 1)
+        #expect(api.rememberedCursors == 3, "the continued one gave way to its successor")
+        // A listing followed to its end, even past the limit, has every file it listed read, and
+        // on its own leaves no cursor behind.
+        let all = try listAll(api, "/many", limit: 4)
+        #expect(all.count == 25 && api.rememberedCursors <= 3)
+        guard case .file(let last)? = all.first(where: { $0.name == "f24.txt" }) else { Issue.record("no f24.txt"); return }
+        #expect(try api.download(path: "rev:" + last.rev, range: 0..<10) == Array("24\n".utf8))
+        let fresh = SharedLinkDropbox(client: f.client, link: api.link, target: .folder(name: "Pub", id: nil))
+        #expect(try listAll(fresh, "/many", limit: 4).count == 25 && fresh.rememberedCursors == 0)
+    }
+
     @Test func aFileLinkIsAFolderOfOneFileAndAPasswordIsNeeded() throws {
         let f = try fixture()
         let url = try f.server.publishSharedLink(path: "/Pub/Sub/big.bin", password: "pw")

@@ -51,12 +51,12 @@ struct FeedStatus {
     var downSince: Double?
     var lastError: String?
 
-    /// Whether a fill call under way will list the folder at `lowerPath`.
     /// Whether the fill is listing the folder at `lowerPath` on its own (not as part of a subtree).
     func fillListsFolderAlone(_ lowerPath: String) -> Bool {
         listingsInFlight.contains { $0.lowerPath == lowerPath && !$0.recursive }
     }
 
+    /// Whether a fill call under way will list the folder at `lowerPath`.
     func fillCovers(_ lowerPath: String) -> Bool {
         listingsInFlight.contains { call in
             call.lowerPath == lowerPath
