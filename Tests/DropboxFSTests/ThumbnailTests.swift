@@ -3,6 +3,7 @@
 
 import DropboxClient
 @testable import DropboxFS
+import Foundation
 import Synchronization
 import TestSupport
 import Testing
@@ -26,6 +27,25 @@ final class MemoryThumbnailStore: ThumbnailStore {
 
     var count: Int { entries.withLock { $0.count } }
     func entry(_ path: String, _ flavor: ThumbnailFlavor) -> Entry? { entries.withLock { $0[flavor.rawValue + ":" + path] } }
+}
+
+/// A store that runs `beforeFirstCheck` once, inside its first `hasCurrent`: lets a test act
+/// while the thumbnailer has looked for a fetch in flight but not yet claimed the files.
+final class StoreWithFirstCheckHook: ThumbnailStore {
+    struct Hook { var run: (@Sendable () -> Void)? }
+    let base = MemoryThumbnailStore()
+    let beforeFirstCheck: Mutex<Hook>
+
+    init(beforeFirstCheck: @escaping @Sendable () -> Void) { self.beforeFirstCheck = Mutex(Hook(run: beforeFirstCheck)) }
+
+    func hasCurrent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool {
+        beforeFirstCheck.withLock { hook in defer { hook.run = nil }; return hook.run }?()
+        return base.hasCurrent(target, flavors: flavors)
+    }
+
+    func save(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError) {
+        try base.save(png, flavor: flavor, for: target)
+    }
 }
 
 @Suite("Thumbnails")
@@ -171,6 +191,46 @@ struct ThumbnailTests {
         dropbox.failThumbnails(with: nil)
         fs.releaseDirectory(try fs.openDirectory(folder))
         #expect(store.count == 12, "a call that failed is not a verdict on the files")
+    }
+
+    @Test func aCallerWaitsForTheFetchAnotherCallerClaimedWhileItCheckedTheStore() throws {
+        photos(1)
+        let lister = DropboxFilesystem(api: dropbox, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        let listed = try lister.lookup(parent: .root, name: "Photos").inode
+        lister.releaseDirectory(try lister.openDirectory(listed))
+        let target = try #require(lister.state.withLock { state in
+            state.tree.children(of: Slot(listed)!).compactMap { lister.thumbnailTarget($0, in: state.tree) }
+        }.first)
+        var options = ThumbnailOptions()
+        options.flavors = [.normal]
+        // The other caller's batch call is held until the test lets it answer.
+        let otherFetchHeld = DispatchSemaphore(value: 0), letItAnswer = DispatchSemaphore(value: 0)
+        dropbox.setThumbnailGate {
+            otherFetchHeld.signal()
+            _ = letItAnswer.wait(timeout: .now() + 20)
+        }
+        let thumbnailer = Mutex<Thumbnailer?>(nil)
+        // While the first caller checks the store, the other caller claims the image.
+        let store = StoreWithFirstCheckHook {
+            let other = thumbnailer.withLock { $0 }!
+            Thread.detachNewThread { other.prepare([target]) }
+            _ = otherFetchHeld.wait(timeout: .now() + 20)
+        }
+        let made = Thumbnailer(api: dropbox, store: store, options: options, logger: log.logger(level: .info))
+        thumbnailer.withLock { $0 = made }
+        let returned = DispatchSemaphore(value: 0)
+        let hadThumbnailOnReturn = Mutex(false)
+        Thread.detachNewThread {
+            made.prepare([target])
+            hadThumbnailOnReturn.withLock { $0 = store.base.hasCurrent(target, flavors: [.normal]) }
+            returned.signal()
+        }
+        // Time for a caller that does not wait to come back; one that waits cannot, whatever the time.
+        let cameBackAtOnce = returned.wait(timeout: .now() + 0.5) == .success
+        letItAnswer.signal()
+        if !cameBackAtOnce { #expect(returned.wait(timeout: .now() + 20) == .success, "the first caller came back") }
+        #expect(hadThumbnailOnReturn.withLock { $0 }, "opening the folder waited for the other caller's fetch")
+        #expect(dropbox.counters.thumbnailCalls == 1, "one fetch for both callers")
     }
 
     @Test func noThumbnailCallWithoutAStore() throws {

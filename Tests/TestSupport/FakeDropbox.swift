@@ -69,6 +69,7 @@ public final class FakeDropbox: DropboxAPI {
         var cursor: (@Sendable () -> Void)?
         var path: (@Sendable (_ path: String, _ recursive: Bool) -> Void)?
         var chunk: (@Sendable (_ range: Range<UInt64>, _ sent: Int) -> Void)?
+        var thumbnail: (@Sendable () -> Void)?
     }
     private let gates: Mutex<Gates>
 
@@ -100,6 +101,11 @@ public final class FakeDropbox: DropboxAPI {
     /// bytes it sent so far: lets a test hold one download in the middle of its body.
     public func setChunkGate(_ gate: (@Sendable (_ range: Range<UInt64>, _ sent: Int) -> Void)?) {
         gates.withLock { $0.chunk = gate }
+    }
+
+    /// Called inside `thumbnails`, before answering: lets a test hold a batch call in flight.
+    public func setThumbnailGate(_ gate: (@Sendable () -> Void)?) {
+        gates.withLock { $0.thumbnail = gate }
     }
 
     /// Replaces the gates (see `init`); a gate may change this Dropbox.
@@ -383,6 +389,7 @@ public final class FakeDropbox: DropboxAPI {
     public func thumbnails(_ requests: [ThumbnailRequest]) throws(DropboxError) -> [ThumbnailOutcome] {
         try checkFailure()
         if let failure = contents.withLock({ $0.thumbnailFailure }) { throw failure }
+        gates.withLock { $0.thumbnail }?()
         guard requests.count <= maxThumbnailBatch else {
             throw .route(tags: ["too_many_files"], summary: "too_many_files/")
         }

@@ -108,15 +108,17 @@ final class Thumbnailer: Sendable {
             return false
         }
         let round = Round(waitingOn: others)
+        // Another caller may have claimed some of them while the store was checked: wait for it too.
+        var waitsOnOthers = !others.isEmpty
         let claimed = state.withLock { s -> [ThumbnailTarget] in
             missing.filter { target in
                 let key = Key(target)
-                if let other = s.inFlight[key] { round.alsoWait(for: other); return false }
+                if let other = s.inFlight[key] { round.alsoWait(for: other); waitsOnOthers = true; return false }
                 s.inFlight[key] = round
                 return true
             }
         }
-        guard !claimed.isEmpty else { return others.isEmpty ? nil : round }
+        guard !claimed.isEmpty else { return waitsOnOthers ? round : nil }
         let flavors = options.flavors
         var jobs: [(ArraySlice<ThumbnailTarget>, ThumbnailFlavor)] = []
         for flavor in flavors {
