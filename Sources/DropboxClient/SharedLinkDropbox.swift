@@ -118,9 +118,9 @@ public final class SharedLinkDropbox: DropboxAPI {
     /// Where each rev was last listed, relative to the link ("/a/b.txt"), and which folder each
     /// cursor of a paged listing belongs to. A path keeps only the rev it was last listed at: the
     /// link serves a path's current content only, so an older rev there could never be read
-    /// again, and a mount that lives for months would otherwise keep every rev it ever saw. For
-    /// the same reason the cursors are bounded: those of listings that ended midway are never
-    /// continued, so past `unfinishedListingLimit` the oldest goes.
+    /// again, and a mount that lives for months would otherwise keep every rev it ever saw. The
+    /// cursors are bounded too: those of listings that ended midway are never continued, so past
+    /// `unfinishedListingLimit` the oldest goes.
     private struct Seen {
         let unfinishedListingLimit: Int
         var pathOfRev: [String: String] = [:]

@@ -108,17 +108,16 @@ final class Thumbnailer: Sendable {
             return false
         }
         let round = Round(waitingOn: others)
-        // Another caller may have claimed some of them while the store was checked: wait for it too.
-        var waitsOnOthers = !others.isEmpty
         let claimed = state.withLock { s -> [ThumbnailTarget] in
             missing.filter { target in
                 let key = Key(target)
-                if let other = s.inFlight[key] { round.alsoWait(for: other); waitsOnOthers = true; return false }
+                // Another caller claimed it while the store was checked: wait for that one too.
+                if let other = s.inFlight[key] { round.alsoWait(for: other); return false }
                 s.inFlight[key] = round
                 return true
             }
         }
-        guard !claimed.isEmpty else { return waitsOnOthers ? round : nil }
+        guard !claimed.isEmpty else { return round.waitsOnOthers ? round : nil }
         let flavors = options.flavors
         var jobs: [(ArraySlice<ThumbnailTarget>, ThumbnailFlavor)] = []
         for flavor in flavors {
@@ -209,6 +208,8 @@ final class Thumbnailer: Sendable {
         func alsoWait(for other: Round) {
             condition.withLock { others.append(other) }
         }
+
+        var waitsOnOthers: Bool { condition.withLock { !others.isEmpty } }
 
         func expect(jobs: Int, targets: [ThumbnailTarget], flavors: Int, onComplete: @escaping (Set<Key>) -> Void) {
             condition.withLock {
