@@ -18,7 +18,7 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${options[@]}" "${missing[@]}" >/dev/null
 }
 
-install_missing -- fuse3 libfuse3-dev libcurl4-openssl-dev libsqlite3-dev libgd-dev attr man-db groff-base curl openssl \
+install_missing -- fuse3 libfuse3-dev libcurl4-openssl-dev libsqlite3-dev libgd-dev attr man-db groff-base curl openssl rsync \
   python3 python3-pip
 # Real file managers for the desktop tests (Tests/Desktop): an X server, a session bus, Nautilus,
 # Thunar with tumbler, ImageMagick's import for screenshots, a Prometheus server that scrapes a

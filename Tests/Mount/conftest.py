@@ -40,6 +40,21 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.skip(reason=problem))
 
 
+def file_listing(root: Path):
+    """Every path with its type, and size and mtime for files (folders carry no times in Dropbox)."""
+    out = subprocess.run(["find", ".", "-printf", "%y %P\\0"], cwd=root, capture_output=True, text=True,
+                         check=True).stdout
+    entries = {}
+    for record in filter(None, out.split("\0")):
+        kind, path = record.split(" ", 1)
+        if kind == "f":
+            st = os.stat(root / path)
+            entries[path] = ("f", st.st_size, int(st.st_mtime))
+        else:
+            entries[path] = (kind,)
+    return entries
+
+
 def write_sample_tree(root: Path, big_file_size: int = 256 << 20) -> None:
     """The tree issue 3 asks for: deep nesting, empties, 1 B to 256 MiB, awkward names."""
     rng = random.Random(1234)

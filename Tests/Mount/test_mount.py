@@ -13,25 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, TOKEN, Mount, is_mounted, mount_entry
+from conftest import DBX_MOUNT, TOKEN, Mount, file_listing, is_mounted, mount_entry
 
 
 def run(*args, cwd=None):
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True).stdout
-
-
-def file_listing(root: Path):
-    """Every path with its type, and size and mtime for files (folders carry no times in Dropbox)."""
-    out = run("find", ".", "-printf", "%y %P\\0", cwd=root)
-    entries = {}
-    for record in filter(None, out.split("\0")):
-        kind, path = record.split(" ", 1)
-        if kind == "f":
-            st = os.stat(root / path)
-            entries[path] = ("f", st.st_size, int(st.st_mtime))
-        else:
-            entries[path] = (kind,)
-    return entries
 
 
 def test_diff_r_shows_no_difference(served, shared_mount):

@@ -1,0 +1,100 @@
+"""The tools the brief names besides ls and find: rsync -a, cp -a, tar, grep -r and du work on a
+mount as on the served folder, and a backup made with rsync stays up to date across mounts."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import file_listing
+
+
+def run(*args, cwd=None):
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+def assert_same_tree(copy: Path, served: Path):
+    result = subprocess.run(["diff", "-r", str(served), str(copy)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[:2000] + result.stderr[:2000]
+    # File sizes and modification times came across too (`-a` keeps them), not only the bytes.
+    assert file_listing(copy) == file_listing(served)
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """A folder for copies of the served tree (about 270 MiB each), removed after the test."""
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    yield folder
+    shutil.rmtree(folder)
+
+
+def transferred_files(itemized: str) -> list[str]:
+    """The files an `rsync --itemize-changes` run sent: lines starting `>f`."""
+    return [line for line in itemized.splitlines() if line.startswith(">f")]
+
+
+def test_rsync_a_backs_up_the_tree_and_a_second_run_on_a_new_mount_sends_nothing(served, shared_mount, mount, scratch):
+    backup = scratch / "backup"
+    run("rsync", "-a", f"{shared_mount}/", f"{backup}/")
+    assert_same_tree(backup, served)
+    # rsync's quick check compares size and modification time: the same on the same mount...
+    assert transferred_files(run("rsync", "-a", "--itemize-changes", f"{shared_mount}/", f"{backup}/")) == []
+    # ...and on a mount made afresh, so a nightly backup does not copy the whole Dropbox again.
+    again = mount()
+    assert transferred_files(run("rsync", "-a", "--itemize-changes", f"{again}/", f"{backup}/")) == []
+
+
+def test_rsync_a_sends_a_file_whose_bytes_it_lacks(served, shared_mount, scratch):
+    backup = scratch / "backup"
+    run("rsync", "-a", f"{shared_mount}/d1/", f"{backup}/")
+    (backup / "d2" / "middle.txt").write_bytes(b"changed locally\n")
+    sent = transferred_files(run("rsync", "-a", "--itemize-changes", f"{shared_mount}/d1/", f"{backup}/"))
+    assert [line.split(" ", 1)[1] for line in sent] == ["d2/middle.txt"]
+    assert (backup / "d2" / "middle.txt").read_bytes() == (served / "d1" / "d2" / "middle.txt").read_bytes()
+
+
+def test_cp_a_copies_the_tree(served, shared_mount, scratch):
+    copy = scratch / "copy"
+    run("cp", "-a", str(shared_mount), str(copy))
+    assert_same_tree(copy, served)
+
+
+def test_tar_archives_the_tree(served, shared_mount, scratch):
+    archive = scratch / "tree.tar"
+    run("tar", "-cf", str(archive), "-C", str(shared_mount), ".")
+    unpacked = scratch / "unpacked"
+    unpacked.mkdir()
+    run("tar", "-xf", str(archive), "-C", str(unpacked))
+    assert_same_tree(unpacked, served)
+
+
+def test_grep_r_finds_what_it_finds_in_the_served_folder(served, shared_mount):
+    def matches(root: Path) -> list[str]:
+        # -I skips binary files (which grep must still open and start reading to recognise).
+        found = subprocess.run(["grep", "-r", "-n", "-I", "down", "."], cwd=root, capture_output=True, text=True)
+        assert found.returncode == 0, found.stderr
+        return sorted(found.stdout.splitlines())
+    local = matches(served)
+    assert local == ["./d1/d2/d3/d4/d5/d6/bottom.txt:1:six folders down", "./d1/d2/middle.txt:1:two down"]
+    assert matches(shared_mount) == local
+
+
+def test_du_counts_the_files_and_their_space(served, shared_mount):
+    def files_apparent(root: Path) -> dict[str, str]:
+        sizes = {}
+        for line in run("du", "-a", "-b", "--apparent-size", ".", cwd=root).splitlines():
+            size, path = line.split("\t", 1)
+            if os.path.isfile(root / path):
+                sizes[path] = size
+        return sizes
+    assert files_apparent(shared_mount) == files_apparent(served)
+    assert run("du", "-s", "--inodes", ".", cwd=shared_mount) == run("du", "-s", "--inodes", ".", cwd=served)
+    # `du` without --apparent-size adds st_blocks: a file takes its size in 512-byte blocks,
+    # rounded up, as on a disk without holes, so "how much would this take locally" is answered.
+    for line in run("find", ".", "-type", "f", "-printf", "%b %s %P\\n", cwd=shared_mount).splitlines():
+        blocks, size, path = line.split(" ", 2)
+        assert int(blocks) == (int(size) + 511) // 512, path
+    total_kib = int(run("du", "-s", "-k", ".", cwd=shared_mount).split()[0])
+    assert total_kib * 1024 >= sum(p.stat().st_size for p in served.rglob("*") if p.is_file())
