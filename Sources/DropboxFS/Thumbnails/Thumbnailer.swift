@@ -240,18 +240,26 @@ final class Thumbnailer: Sendable {
         }
 
         /// Waits until this round and those it waits on are done, or `duration` has passed.
+        /// A worklist, not recursion: rounds that overlap one another form chains (each waits on
+        /// rounds that claimed before it), whose length only the overlap bounds, and a round
+        /// reached along two of them is waited for once.
         func wait(for duration: Duration) {
             let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
             let deadline = Date().addingTimeInterval(seconds)
-            waitUntil(deadline)
+            var pending: [Round] = [self]
+            var visited: Set<ObjectIdentifier> = []
+            while let round = pending.popLast() {
+                guard visited.insert(ObjectIdentifier(round)).inserted else { continue }
+                pending += round.waitForOwnJobs(until: deadline)
+            }
         }
 
-        private func waitUntil(_ deadline: Date) {
-            let others = condition.withLock { () -> [Round] in
+        /// Waits for this round's own fetches; returns the rounds it waits on besides.
+        private func waitForOwnJobs(until deadline: Date) -> [Round] {
+            condition.withLock { () -> [Round] in
                 while !complete && condition.wait(until: deadline) {}
-                return self.others
+                return others
             }
-            for other in others { other.waitUntil(deadline) }
         }
     }
 }
