@@ -175,6 +175,14 @@ public final class CurlTransport: HTTPTransport {
         if let caBundlePath {
             try check(dbx_curl_setopt_str(h, CURLOPT_CAINFO, caBundlePath), "CURLOPT_CAINFO")
         }
+        if isHTTPS {
+            // Offer AES-128-GCM first for TLS 1.3, as browsers and Go's TLS do; OpenSSL's own
+            // order puts AES-256-GCM first. Every byte read is decrypted, and with AES hardware
+            // 128-bit keys decrypt it faster (README, "Reads at Dropbox's real conditions"). A
+            // server that keeps its own order still picks; a libcurl whose TLS library cannot
+            // take this list keeps its default.
+            _ = dbx_curl_setopt_str(h, CURLOPT_TLS13_CIPHERS, Self.tls13CipherPreference)
+        }
         try check(dbx_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1), "CURLOPT_TCP_KEEPALIVE")
         let timeoutMS = Self.milliseconds(request.timeout)
         try check(dbx_curl_setopt_long(h, CURLOPT_TIMEOUT_MS, timeoutMS), "CURLOPT_TIMEOUT_MS")
@@ -242,6 +250,8 @@ public final class CurlTransport: HTTPTransport {
     private static let emptyBody: [UInt8] = [0]
     /// curl's receive buffer for streamed bodies, per transfer in flight.
     static let streamBufferSize = 512 << 10
+    /// The TLS 1.3 suites offered, in order of preference (all three of TLS 1.3's usual ones).
+    static let tls13CipherPreference = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
     private static func milliseconds(_ seconds: Double) -> Int {
         guard seconds.isFinite, seconds > 0 else { return 1 }

@@ -12,6 +12,7 @@ import random
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -213,6 +214,67 @@ def test_a_ca_bundle_that_holds_no_certificate_is_refused_before_mounting_offlin
         if is_mounted(tmp_path / "mnt"):     # only if the bundle was taken for an outage
             subprocess.run(["fusermount3", "-u", "-z", str(tmp_path / "mnt")], capture_output=True, check=False)
         emulator.stop()
+
+
+class HandshakeRecorder:
+    """A TLS 1.3 server that follows the client's order of cipher suites (as OpenSSL does unless
+    told to prefer its own), records the suite of each handshake, and answers every request with
+    Dropbox's 401 for a token it does not know."""
+
+    def __init__(self, certificates: dict):
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(certificates["cert"], certificates["key"])
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_3
+        self.context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"https://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.suites: list[str] = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        body = b'{"error_summary": "invalid_access_token/", "error": {".tag": "invalid_access_token"}}'
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                with self.context.wrap_socket(connection, server_side=True) as tls:
+                    self.suites.append(tls.cipher()[0])
+                    tls.settimeout(10)
+                    tls.recv(65536)
+                    tls.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+            except (ssl.SSLError, OSError):
+                connection.close()
+
+    def stop(self):
+        self.listener.close()
+        self.thread.join(timeout=10)
+
+
+def test_the_mount_offers_aes_128_gcm_first(certificates, tmp_path):
+    """Every byte read is decrypted; with AES hardware AES-128-GCM decrypts faster than the
+    AES-256-GCM that OpenSSL's default order puts first (README, "Reads at Dropbox's real
+    conditions"), so the mount asks for it first, as browsers do."""
+    server = HandshakeRecorder(certificates)
+    try:
+        # The server follows its client: asked for AES-256-GCM first, it agrees.
+        subprocess.run(["curl", "-sS", "--cacert", str(certificates["ca"]), "--tls13-ciphers",
+                        "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256", "-o", "/dev/null", "-X", "POST",
+                        server.url + "/2/users/get_current_account"], check=True, capture_output=True, timeout=60)
+        assert server.suites == ["TLS_AES_256_GCM_SHA384"]
+        env = dict(os.environ, DBX_ACCESS_TOKEN="not-a-token", DBX_API_URL=server.url, DBX_CONTENT_URL=server.url,
+                   DBX_NOTIFY_URL=server.url, XDG_CACHE_HOME=str(tmp_path / "cache"))
+        (tmp_path / "mnt").mkdir()
+        result = subprocess.run([str(DBX_MOUNT), "-f", "--ca-bundle", str(certificates["ca"]), str(tmp_path / "mnt")],
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0 and not is_mounted(tmp_path / "mnt"), result
+        assert "not-a-token" not in result.stderr
+        assert len(server.suites) >= 2 and set(server.suites[1:]) == {"TLS_AES_128_GCM_SHA256"}, server.suites
+    finally:
+        server.stop()
 
 
 class HTTP2Front:
