@@ -34,7 +34,7 @@
 // - each part receiving bytes got markedly less than before the round (`sharedDrop`): the parts
 //   share one link, more of them only slow the one the reader waits for, and the stream settles
 //   at its rate's seconds;
-// - two rounds in a row brought little more while each part got as much as before: the parts
+// - three rounds in a row brought little more while each part got as much as before: the parts
 //   do not share, something else bounds them (the window's floor, the budget), and the stream
 //   settles holding the smallest cap that reached nearly its best rate, so that it keeps the
 //   parts that brought it (its rate's seconds alone would drop some, then more with the rate
@@ -56,8 +56,12 @@ struct StreamPace: Sendable {
     static let growthGain = 2.0
     /// A round in which the rate rose by less than this factor is flat.
     static let growthStep = 1.25
-    /// Flat rounds in a row that end the growth.
-    static let flatRoundsToSettle = 2
+    /// Flat rounds in a row that end the growth. Three, not two: a new stream's first round is
+    /// mostly flat (its ramp's parts have not all begun arriving), and its second rose by 1.33×
+    /// in traces of slow connections, close enough to `growthStep` that a slower second round
+    /// settled the stream at six parts where sixteen bring more (the real-mount test of slow
+    /// connections, one run in several on a loaded machine).
+    static let flatRoundsToSettle = 3
     /// Shortest round, and round trips per round: parts allowed at a round's start must have
     /// begun arriving by its end.
     static let shortestRound = 0.5
