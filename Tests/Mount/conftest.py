@@ -40,10 +40,14 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.skip(reason=problem))
 
 
+def run(*args, cwd=None) -> str:
+    """A tool's standard output; a failing tool fails the test."""
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
 def file_listing(root: Path):
     """Every path with its type, and size and mtime for files (folders carry no times in Dropbox)."""
-    out = subprocess.run(["find", ".", "-printf", "%y %P\\0"], cwd=root, capture_output=True, text=True,
-                         check=True).stdout
+    out = run("find", ".", "-printf", "%y %P\\0", cwd=root)
     entries = {}
     for record in filter(None, out.split("\0")):
         kind, path = record.split(" ", 1)

@@ -7,11 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import file_listing
-
-
-def run(*args, cwd=None):
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True).stdout
+from conftest import file_listing, run
 
 
 def assert_same_tree(copy: Path, served: Path):

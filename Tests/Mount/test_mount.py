@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, TOKEN, Mount, file_listing, is_mounted, mount_entry
-
-
-def run(*args, cwd=None):
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True).stdout
+from conftest import DBX_MOUNT, TOKEN, Mount, file_listing, is_mounted, mount_entry, run
 
 
 def test_diff_r_shows_no_difference(served, shared_mount):

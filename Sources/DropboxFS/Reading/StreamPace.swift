@@ -60,7 +60,7 @@ struct StreamPace: Sendable {
     /// mostly flat (its ramp's parts have not all begun arriving), and its second rose by 1.33×
     /// in traces of slow connections, close enough to `growthStep` that a slower second round
     /// settled the stream at six parts where sixteen bring more (the real-mount test of slow
-    /// connections, one run in several on a loaded machine).
+    /// connections, about one run in twenty on this machine).
     static let flatRoundsToSettle = 3
     /// Shortest round, and round trips per round: parts allowed at a round's start must have
     /// begun arriving by its end.
