@@ -40,7 +40,7 @@ public final class DropboxFilesystem: Sendable {
     public var followsChanges: Bool { options.followsChanges }
     let now: MonotonicSeconds
     let logger: Logger
-    /// Wall-clock time shown as the mtime of folders, which carry no times in Dropbox.
+    /// Wall-clock time shown as a folder's mtime while no file in the tree gives it one (`Tree.folderTime`).
     let folderModified: Int64
     let state: Mutex<State>
     let folderListings = SingleFlight<Slot, Void>()

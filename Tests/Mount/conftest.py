@@ -93,6 +93,9 @@ def write_sample_tree(root: Path, big_file_size: int = 256 << 20) -> None:
     (sub / "cat.jpg").write_bytes(rng.randbytes(5000))
     (sub / "Album").mkdir()
     (sub / "Album" / "dog.jpg").write_bytes(rng.randbytes(7000))
+    # Older than the rest, and apart, so that folder times (the newest file below) differ.
+    os.utime(sub / "cat.jpg", (1_650_000_000, 1_650_000_000))
+    os.utime(sub / "Album" / "dog.jpg", (1_600_000_000, 1_600_000_000))
     old = root / "old.txt"
     old.write_bytes(b"old\n")
     os.utime(old, (1_500_000_000, 1_500_000_000))

@@ -37,9 +37,35 @@ def test_rsync_a_backs_up_the_tree_and_a_second_run_on_a_new_mount_sends_nothing
     assert_same_tree(backup, served)
     # rsync's quick check compares size and modification time: the same on the same mount...
     assert transferred_files(run("rsync", "-a", "--itemize-changes", f"{shared_mount}/", f"{backup}/")) == []
-    # ...and on a mount made afresh, so a nightly backup does not copy the whole Dropbox again.
+    # ...and on a mount made afresh, so a nightly backup does not copy the whole Dropbox again,
+    # nor set every folder's time again: a folder shows the newest file below it, on any mount.
     again = mount()
-    assert transferred_files(run("rsync", "-a", "--itemize-changes", f"{again}/", f"{backup}/")) == []
+    assert run("rsync", "-a", "--itemize-changes", f"{again}/", f"{backup}/") == ""
+
+
+def expected_folder_times(served: Path) -> dict[str, int]:
+    """Each folder's time as the mount shows it: the newest mtime of the files below it, or
+    with none below, that of the nearest folder above that has one."""
+    newest: dict[str, int] = {}
+    for folder, _, files in os.walk(served, topdown=False):
+        rel = os.path.relpath(folder, served)
+        times = [int(os.stat(os.path.join(folder, f)).st_mtime) for f in files]
+        times += [newest[os.path.normpath(os.path.join(rel, d))] for d in os.listdir(folder)
+                  if os.path.isdir(os.path.join(folder, d)) and newest.get(os.path.normpath(os.path.join(rel, d))) is not None]
+        newest[rel] = max(times) if times else None
+    shown = {}
+    for rel in sorted(newest, key=lambda r: 0 if r == "." else r.count("/") + 1):
+        shown[rel] = newest[rel] if newest[rel] is not None else shown[os.path.dirname(rel) or "."]
+    return shown
+
+
+def test_a_folder_shows_the_newest_file_below_it(served, shared_mount):
+    expected = expected_folder_times(served)
+    shown = {rel: int(os.stat(shared_mount / rel).st_mtime) for rel in expected}
+    assert shown == expected
+    # Folders with files, with only folders, and empty; some older than the rest.
+    assert expected["Photos"] == 1_650_000_000 and expected["Photos/Album"] == 1_600_000_000
+    assert expected["empty-folder"] == expected["."]
 
 
 def test_rsync_a_sends_a_file_whose_bytes_it_lacks(served, shared_mount, scratch):

@@ -192,7 +192,8 @@ extension DropboxFilesystem {
             // because counting subfolders would cost a listing per folder shown.
             let links = tree.isComplete(slot) ? 2 + tree.subfolderCount(slot) : 1
             return NodeAttributes(inode: slot.inode, kind: .directory, permissions: options.permissions(for: .directory),
-                                  size: 4096, linkCount: links, modified: folderModified, uid: options.uid, gid: options.gid)
+                                  size: 4096, linkCount: links, modified: tree.folderTime(slot) ?? folderModified,
+                                  uid: options.uid, gid: options.gid)
         }
         return NodeAttributes(inode: slot.inode, kind: .file, permissions: options.permissions(for: .file),
                               size: tree.size(slot), linkCount: 1, modified: tree.modified(slot),

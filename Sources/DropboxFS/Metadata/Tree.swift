@@ -10,6 +10,14 @@
 // - One open-addressing hash index maps (parent, case-folded name) to a slot. Dropbox names are
 //   unique per folder case-insensitively, so the folded name is the key in both matching modes;
 //   exact matching compares the stored name after the index finds the candidate.
+// - Dropbox gives folders no time. A folder shows the newest mtime of the files below it, which
+//   the same Dropbox tree gives every mount alike, so `rsync -a` from a new mount finds its
+//   folders' times unchanged. A folder's record keeps that time in `modified` (`noFileBelow`
+//   while none lies below). A file added, or given a later time, raises the folders above it at
+//   once, up to the first that is already as new. A file removed, or given an earlier time, only
+//   marks the folders whose time was its time (`timeStale`); `settleFolderTimes()` recomputes
+//   those from their children at the end of a batch: once per batch, where recomputing at each
+//   removal would pass over a large folder once for each of its files deleted.
 
 struct Slot: Hashable, Comparable {
     var index: UInt32
@@ -54,6 +62,9 @@ struct Tree {
         var listedAt: Double = -.infinity
     }
 
+    /// A folder's `modified` while no file lies below it.
+    private static let noFileBelow = Int64.min
+
     private enum Flag {
         static let directory: UInt16 = 1
         static let alive: UInt16 = 2
@@ -70,6 +81,8 @@ struct Tree {
         /// that rev's. A bit here rather than a map of revs beside the tree, which kept an entry
         /// for every file ever opened (opening 100,000 files once each: 57 MiB, for good).
         static let openedAtCurrentRev: UInt16 = 64
+        /// A folder whose time may be later than the newest file below it, until settled.
+        static let timeStale: UInt16 = 128
     }
 
     private var records: [Record] = []
@@ -81,9 +94,15 @@ struct Tree {
     private static let tombstone = UInt32.max
     fileprivate static let noDetails = UInt32.max
     private(set) var liveCount = 0
+    /// Folders marked `timeStale`, to recompute at the next `settleFolderTimes()`.
+    private var staleFolders: [Slot] = []
+    /// Folders whose time changed since the last `settleFolderTimes()` (repeats allowed).
+    private var retimedFolders: [Slot] = []
 
     init() {
-        records.append(Record(parent: 0, nameOffset: 0, nameLength: 0, flags: Flag.directory | Flag.alive, foldedHash: 0))
+        var root = Record(parent: 0, nameOffset: 0, nameLength: 0, flags: Flag.directory | Flag.alive, foldedHash: 0)
+        root.modified = Self.noFileBelow
+        records.append(root)
         liveCount = 1
     }
 
@@ -101,6 +120,18 @@ struct Tree {
     func subfolderCount(_ slot: Slot) -> UInt32 { records[Int(slot.index)].subfolderCount }
     func size(_ slot: Slot) -> UInt64 { records[Int(slot.index)].size }
     func modified(_ slot: Slot) -> Int64 { records[Int(slot.index)].modified }
+
+    /// The time a folder shows: the newest mtime of the files below it or, with none below it, of
+    /// the nearest folder above that has one; nil when the whole tree holds no file.
+    func folderTime(_ folder: Slot) -> Int64? {
+        var current = folder
+        while true {
+            let time = records[Int(current.index)].modified
+            if time != Self.noFileBelow { return time }
+            if current == .root { return nil }
+            current = parent(current)
+        }
+    }
 
     func name(_ slot: Slot) -> String {
         let r = records[Int(slot.index)]
@@ -210,7 +241,10 @@ struct Tree {
                 }
                 if let details, self.details(existing) != details {
                     let contentChanged = self.details(existing)?.rev != details.rev
+                    let oldTime = records[Int(existing.index)].modified
                     setDetails(existing, details)
+                    if details.modified > oldTime { raiseFolderTimes(above: existing, to: details.modified) }
+                    if details.modified < oldTime { folderTimesMayFall(above: existing, from: oldTime) }
                     if contentChanged {
                         records[Int(existing.index)].flags &= ~(Flag.sizeReported | Flag.openedAtCurrentRev)
                     }
@@ -224,12 +258,16 @@ struct Tree {
         let nameRef = append(Array(name.utf8))
         var record = Record(parent: parent.index, nameOffset: nameRef.offset, nameLength: UInt16(clamping: nameRef.length),
                             flags: Flag.alive | (isFolder ? Flag.directory : 0), foldedHash: folded.hash)
+        if isFolder { record.modified = Self.noFileBelow }
         record.nextSibling = records[Int(parent.index)].firstChild
         records.append(record)
         if record.nextSibling != Slot.none.index { records[Int(record.nextSibling)].previousSibling = slot.index }
         records[Int(parent.index)].firstChild = slot.index
         if isFolder { records[Int(parent.index)].subfolderCount += 1 }
-        if let details { setDetails(slot, details) }
+        if let details {
+            setDetails(slot, details)
+            raiseFolderTimes(above: slot, to: details.modified)
+        }
         insertIntoIndex(slot)
         liveCount += 1
         return (slot, .added)
@@ -238,7 +276,13 @@ struct Tree {
     /// Removes `slot` and everything below it.
     mutating func remove(_ slot: Slot) {
         guard slot != .root, isAlive(slot) else { return }
-        for child in children(of: slot) { remove(child) }
+        let time = records[Int(slot.index)].modified
+        removeSubtree(slot)
+        folderTimesMayFall(above: slot, from: time)
+    }
+
+    private mutating func removeSubtree(_ slot: Slot) {
+        for child in children(of: slot) { removeSubtree(child) }
         let r = records[Int(slot.index)]
         removeFromIndex(slot)
         if r.previousSibling != Slot.none.index {
@@ -306,6 +350,66 @@ struct Tree {
             records[i].flags |= Flag.complete
             records[i].flags &= ~Flag.mustListAgain
             records[i].listedAt = time
+        }
+    }
+
+    // MARK: Folder times
+
+    /// Recomputes the folders a removal or an earlier time may have made too new, and returns
+    /// every live folder whose time changed since the last call, each once.
+    mutating func settleFolderTimes() -> [Slot] {
+        // Deepest first, so that each folder is recomputed from children already settled.
+        let stale = staleFolders.map { (slot: $0, depth: depth($0)) }.sorted { $0.depth > $1.depth }
+        staleFolders.removeAll()
+        for (folder, _) in stale where records[Int(folder.index)].flags & Flag.timeStale != 0 {
+            records[Int(folder.index)].flags &= ~Flag.timeStale
+            guard isAlive(folder) else { continue }
+            var newest = Self.noFileBelow
+            var child = records[Int(folder.index)].firstChild
+            while child != Slot.none.index {
+                newest = max(newest, records[Int(child)].modified)
+                child = records[Int(child)].nextSibling
+            }
+            if newest != records[Int(folder.index)].modified {
+                records[Int(folder.index)].modified = newest
+                retimedFolders.append(folder)
+            }
+        }
+        var seen = Set<Slot>()
+        let retimed = retimedFolders.filter { isAlive($0) && seen.insert($0).inserted }
+        retimedFolders.removeAll()
+        return retimed
+    }
+
+    private func depth(_ slot: Slot) -> Int {
+        var depth = 0
+        var current = slot
+        while current != .root { depth += 1; current = parent(current) }
+        return depth
+    }
+
+    private mutating func raiseFolderTimes(above slot: Slot, to time: Int64) {
+        var folder = parent(slot)
+        while records[Int(folder.index)].modified < time {
+            records[Int(folder.index)].modified = time
+            retimedFolders.append(folder)
+            if folder == .root { return }
+            folder = parent(folder)
+        }
+    }
+
+    /// Marks the folders above `slot` whose time was `time`, which may now be too new. A folder
+    /// is never older than what lies below it, so the walk ends at the first one newer.
+    private mutating func folderTimesMayFall(above slot: Slot, from time: Int64) {
+        guard time != Self.noFileBelow else { return }
+        var folder = parent(slot)
+        while records[Int(folder.index)].modified == time {
+            if records[Int(folder.index)].flags & Flag.timeStale == 0 {
+                records[Int(folder.index)].flags |= Flag.timeStale
+                staleFolders.append(folder)
+            }
+            if folder == .root { return }
+            folder = parent(folder)
         }
     }
 

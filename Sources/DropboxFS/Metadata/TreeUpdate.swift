@@ -48,6 +48,13 @@ struct TreeUpdate {
         }
         if notify { invalidations.append(.inode(folder.inode)) }
         tree.markComplete(folder, listedAt: listedAt)
+        settleFolderTimes(in: &tree, notify: notify)
+    }
+
+    /// Settles the times of the folders the batch changed, which the kernel must forget too.
+    mutating func settleFolderTimes(in tree: inout Tree, notify: Bool) {
+        let retimed = tree.settleFolderTimes()
+        if notify { invalidations.append(contentsOf: retimed.map { .inode($0.inode) }) }
     }
 
     /// Applies entries of a recursive listing or of the change feed, in order: missing parents are
@@ -107,6 +114,7 @@ struct TreeUpdate {
             if details == nil, outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
             touched?.insert(slot)
         }
+        settleFolderTimes(in: &tree, notify: notify)
     }
 
     private mutating func record(_ outcome: Tree.Upsert, slot: Slot, name: String, parent: Slot) {

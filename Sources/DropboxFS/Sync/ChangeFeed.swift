@@ -195,6 +195,7 @@ extension DropboxFilesystem {
                     state.tree.remove(slot)
                 }
             }
+            gone.append(contentsOf: state.tree.settleFolderTimes().map { .inode($0.inode) })
             // Listed no earlier than the cursor was taken; the feed brings everything after it.
             state.tree.markAllFoldersComplete(at: concurrency <= 1 ? now() : startedAt)
 
