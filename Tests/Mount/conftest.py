@@ -45,8 +45,32 @@ def run(*args, cwd=None) -> str:
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True).stdout
 
 
+def mount_status(mountpoint) -> dict:
+    """What `dbx-mount status --json` says of a mount."""
+    result = subprocess.run([str(DBX_MOUNT), "status", "--json", str(mountpoint)], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def wait_until_listed(mountpoint, timeout: float = 60) -> None:
+    """Until the mount has listed its whole folder and follows the change feed."""
+    deadline = time.monotonic() + timeout
+    while mount_status(mountpoint)["change_feed"]["state"] != "live":
+        assert time.monotonic() < deadline, "the first listing did not finish"
+        time.sleep(0.1)
+
+
+def assert_same_bytes(expected: Path, shown: Path, timeout: float | None = None) -> None:
+    """`diff -r` finds no difference and prints no error (an unreadable file is an error)."""
+    result = subprocess.run(["diff", "-r", str(expected), str(shown)], capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0 and result.stderr == "", (result.stdout[-2000:], result.stderr[-2000:])
+
+
 def file_listing(root: Path):
-    """Every path with its type, and size and mtime for files (folders carry no times in Dropbox)."""
+    """Every path with its type, and size and mtime for files (a folder's time is what the tree below
+    it gives it: `test_everyday_tools.py`)."""
     out = run("find", ".", "-printf", "%y %P\\0", cwd=root)
     entries = {}
     for record in filter(None, out.split("\0")):

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import file_listing, run
+from conftest import assert_same_bytes, file_listing, run, wait_until_listed
 
 
 def assert_same_tree(copy: Path, served: Path):
-    result = subprocess.run(["diff", "-r", str(served), str(copy)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout[:2000] + result.stderr[:2000]
+    assert_same_bytes(served, copy)
     # File sizes and modification times came across too (`-a` keeps them), not only the bytes.
     assert file_listing(copy) == file_listing(served)
 
@@ -33,6 +32,8 @@ def transferred_files(itemized: str) -> list[str]:
 
 def test_rsync_a_backs_up_the_tree_and_a_second_run_on_a_new_mount_sends_nothing(served, shared_mount, mount, scratch):
     backup = scratch / "backup"
+    # A folder's time is final once the folders below it are listed (README, Attributes).
+    wait_until_listed(shared_mount)
     run("rsync", "-a", f"{shared_mount}/", f"{backup}/")
     assert_same_tree(backup, served)
     # rsync's quick check compares size and modification time: the same on the same mount...
@@ -40,6 +41,7 @@ def test_rsync_a_backs_up_the_tree_and_a_second_run_on_a_new_mount_sends_nothing
     # ...and on a mount made afresh, so a nightly backup does not copy the whole Dropbox again,
     # nor set every folder's time again: a folder shows the newest file below it, on any mount.
     again = mount()
+    wait_until_listed(again)
     assert run("rsync", "-a", "--itemize-changes", f"{again}/", f"{backup}/") == ""
 
 
@@ -61,6 +63,7 @@ def expected_folder_times(served: Path) -> dict[str, int]:
 
 def test_a_folder_shows_the_newest_file_below_it(served, shared_mount):
     expected = expected_folder_times(served)
+    wait_until_listed(shared_mount)
     shown = {rel: int(os.stat(shared_mount / rel).st_mtime) for rel in expected}
     assert shown == expected
     # Folders with files, with only folders, and empty; some older than the rest.

@@ -3,7 +3,6 @@ cannot reach Dropbox mounts offline: listings from the saved tree, reads from th
 uncached reads fail with EIO at once, `status` says offline; once Dropbox answers again the
 mount catches up by itself. Without a saved tree it fails in one line."""
 import errno
-import json
 import os
 import random
 import subprocess
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, Mount, free_port, is_mounted, start_on
+from conftest import DBX_MOUNT, Mount, free_port, is_mounted, mount_status, start_on
 
 MiB = 1 << 20
 
@@ -27,12 +26,6 @@ def tree(tmp_path):
     (root / "Docs" / "note.txt").write_bytes(b"version 1\n")
     (root / "Docs" / "Deep" / "leaf.txt").write_bytes(b"leaf\n")
     return root
-
-
-def status(mountpoint):
-    result = subprocess.run([str(DBX_MOUNT), "status", "--json", str(mountpoint)], capture_output=True, text=True, timeout=30)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def listing(root: Path):
@@ -71,7 +64,7 @@ def test_a_mount_without_dropbox_serves_the_saved_tree_and_catches_up(tree, tmp_
             (mnt / "Docs" / "unread.bin").read_bytes()
         assert failure.value.errno == errno.EIO
         assert time.monotonic() - started < 2, "an uncached read fails at once, not after the retries"
-        report = status(mnt)
+        report = mount_status(mnt)
         assert report["change_feed"]["state"] == "offline", report["change_feed"]
 
         # Dropbox comes back, and a file changes there: the mount follows without a remount.
@@ -86,7 +79,7 @@ def test_a_mount_without_dropbox_serves_the_saved_tree_and_catches_up(tree, tmp_
                 pass
             assert time.monotonic() < deadline, "the new content never showed"
             time.sleep(0.5)
-        assert status(mnt)["change_feed"]["state"] in ("live", "catching up")
+        assert mount_status(mnt)["change_feed"]["state"] in ("live", "catching up")
         assert (mnt / "Docs" / "unread.bin").read_bytes() == (tree / "Docs" / "unread.bin").read_bytes()
     finally:
         offline.unmount()

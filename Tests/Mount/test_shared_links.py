@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, is_mounted, stop_mount
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, assert_same_bytes, is_mounted, stop_mount
 
 MiB = 1 << 20
 
@@ -72,7 +72,7 @@ def test_a_mounted_folder_link_equals_the_linked_folder(emulator, tree, tmp_path
     url = publish(emulator, "/Course")
     m = Mount(emulator, tmp_path / "mnt", "--no-cache", url)
     try:
-        subprocess.run(["diff", "-r", str(tree / "Course"), str(m.mountpoint)], check=True)
+        assert_same_bytes(tree / "Course", m.mountpoint)
         assert find_listing(m.mountpoint) == find_listing(tree / "Course")
         assert not (m.mountpoint / "Private").exists(), "only the linked folder is shown"
         for rel in ("README.md", "Week 2/data.bin", "Week 1/notes ü.txt"):
@@ -115,7 +115,7 @@ def test_changes_show_once_the_ttl_ends(emulator, tree, tmp_path):
             if "late.txt" in names and "empty.txt" not in names:
                 break
             time.sleep(0.3)
-        subprocess.run(["diff", "-r", str(tree / "Course"), str(m.mountpoint)], check=True)
+        assert_same_bytes(tree / "Course", m.mountpoint)
     finally:
         m.unmount()
 
@@ -134,7 +134,7 @@ def test_a_password_protected_link_needs_its_password(emulator, tree, tmp_path):
     # The fstab form: the URL as the source, the password file as a mount option.
     m = Mount(emulator, tmp_path / "mnt", "--no-cache", "-o", f"link_password_file={good}", "dropbox:" + url)
     try:
-        subprocess.run(["diff", "-r", str(tree / "Course"), str(m.mountpoint)], check=True)
+        assert_same_bytes(tree / "Course", m.mountpoint)
     finally:
         m.unmount()
 
@@ -179,7 +179,7 @@ def test_reads_are_right_when_the_server_ignores_range(emulator, tree, tmp_path)
         out = subprocess.run(["dd", f"if={m.mountpoint / 'Week 2' / 'data.bin'}", "bs=64k", "skip=80", "count=3",
                               "status=none"], capture_output=True, check=True).stdout
         assert out == data[80 * 65536:83 * 65536]
-        subprocess.run(["diff", "-r", str(tree / "Course"), str(m.mountpoint)], check=True)
+        assert_same_bytes(tree / "Course", m.mountpoint)
     finally:
         m.unmount()
         set_knobs(emulator, link_range=True)
@@ -254,6 +254,6 @@ def test_a_pinned_folder_of_a_link_is_fetched_kept_and_refreshed(emulator, tree,
         wait_until(lambda: all(p["complete"] for p in pin_status(m.mountpoint)), 30, "the pin to hold the new rev")
         # Whole in the block cache: read with the emulator gone.
         emulator.stop()
-        subprocess.run(["diff", "-r", str(tree / "Course" / "Week 1"), str(m.mountpoint / "Week 1")], check=True, timeout=60)
+        assert_same_bytes(tree / "Course" / "Week 1", m.mountpoint / "Week 1", timeout=60)
     finally:
         m.unmount()
