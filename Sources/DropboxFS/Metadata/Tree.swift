@@ -83,6 +83,8 @@ struct Tree {
         static let openedAtCurrentRev: UInt16 = 64
         /// A folder whose time may be later than the newest file below it, until settled.
         static let timeStale: UInt16 = 128
+        /// A folder in `retimedFolders`, so that it is listed there once however often it moves.
+        static let retimed: UInt16 = 256
     }
 
     private var records: [Record] = []
@@ -96,7 +98,7 @@ struct Tree {
     private(set) var liveCount = 0
     /// Folders marked `timeStale`, to recompute at the next `settleFolderTimes()`.
     private var staleFolders: [Slot] = []
-    /// Folders whose time changed since the last `settleFolderTimes()` (repeats allowed).
+    /// Folders whose time changed since the last `settleFolderTimes()`, each once (`Flag.retimed`).
     private var retimedFolders: [Slot] = []
 
     init() {
@@ -372,13 +374,19 @@ struct Tree {
             }
             if newest != records[Int(folder.index)].modified {
                 records[Int(folder.index)].modified = newest
-                retimedFolders.append(folder)
+                noteRetimed(folder)
             }
         }
-        var seen = Set<Slot>()
-        let retimed = retimedFolders.filter { isAlive($0) && seen.insert($0).inserted }
+        for folder in retimedFolders { records[Int(folder.index)].flags &= ~Flag.retimed }
+        let retimed = retimedFolders.filter(isAlive)
         retimedFolders.removeAll()
         return retimed
+    }
+
+    private mutating func noteRetimed(_ folder: Slot) {
+        guard records[Int(folder.index)].flags & Flag.retimed == 0 else { return }
+        records[Int(folder.index)].flags |= Flag.retimed
+        retimedFolders.append(folder)
     }
 
     private func depth(_ slot: Slot) -> Int {
@@ -392,7 +400,7 @@ struct Tree {
         var folder = parent(slot)
         while records[Int(folder.index)].modified < time {
             records[Int(folder.index)].modified = time
-            retimedFolders.append(folder)
+            noteRetimed(folder)
             if folder == .root { return }
             folder = parent(folder)
         }
