@@ -2,11 +2,12 @@
 
 Used by test_file_managers.py, and runnable by hand to refresh the README's figures and screenshots:
 
-    python3 Tests/Desktop/desktop.py nautilus|thunar [--thumbnails] [--shot FILE.png]
+    python3 Tests/Desktop/desktop.py nautilus|thunar|dolphin [--thumbnails] [--shot FILE.png]
 
 Each run is fresh: its own X server (Xvfb), session bus (dbus-run-session), HOME (so an empty
 thumbnail cache and default settings), emulator and mount. Needs Debian's xvfb, dbus-x11,
-nautilus, thunar and tumbler, and imagemagick for the screenshot.
+nautilus, thunar and tumbler, dolphin and kio-extras (KIO's image thumbnailer), and imagemagick
+for the screenshot.
 """
 import argparse
 import json
@@ -39,7 +40,7 @@ _fixtures = _mount_fixtures()
 Emulator, Mount = _fixtures.Emulator, _fixtures.Mount
 
 PHOTOS = 40
-TOOLS = {"nautilus": ["nautilus", "--new-window"], "thunar": ["thunar"]}
+TOOLS = {"nautilus": ["nautilus", "--new-window"], "thunar": ["thunar"], "dolphin": ["dolphin", "--new-window"]}
 
 
 def photo(width: int, height: int, seed: int) -> bytes:

@@ -1,6 +1,6 @@
-"""issue 14: Nautilus and Thunar (with tumbler) on a fresh mount, under Xvfb.
+"""issue 14: Nautilus, Thunar (with tumbler) and Dolphin (KIO) on a fresh mount, under Xvfb.
 
-With --thumbnails, opening a folder of 40 photos downloads nothing: both file managers find
+With --thumbnails, opening a folder of 40 photos downloads nothing: each file manager finds
 Dropbox's thumbnails in the freedesktop cache and show them. Without it, the bytes they download
 are recorded (the README's comparison); they are not asserted, being the file managers' doing.
 """
@@ -12,7 +12,7 @@ import pytest
 import desktop
 
 
-@pytest.mark.parametrize("tool", ["nautilus", "thunar"])
+@pytest.mark.parametrize("tool", ["nautilus", "thunar", "dolphin"])
 def test_a_file_manager_shows_previews_without_downloading_a_photo(tool, tmp_path):
     problem = desktop.available(tool)
     if problem:
