@@ -48,17 +48,15 @@ def test_rsync_a_backs_up_the_tree_and_a_second_run_on_a_new_mount_sends_nothing
 def expected_folder_times(served: Path) -> dict[str, int]:
     """Each folder's time as the mount shows it: the newest mtime of the files below it, or
     with none below, that of the nearest folder above that has one."""
-    newest: dict[str, int] = {}
-    for folder, _, files in os.walk(served, topdown=False):
-        rel = os.path.relpath(folder, served)
+    newest: dict[str, int | None] = {}
+    for folder, folders, files in os.walk(served, topdown=False):   # children before their folder
         times = [int(os.stat(os.path.join(folder, f)).st_mtime) for f in files]
-        times += [newest[os.path.normpath(os.path.join(rel, d))] for d in os.listdir(folder)
-                  if os.path.isdir(os.path.join(folder, d)) and newest.get(os.path.normpath(os.path.join(rel, d))) is not None]
-        newest[rel] = max(times) if times else None
-    shown = {}
-    for rel in sorted(newest, key=lambda r: 0 if r == "." else r.count("/") + 1):
-        shown[rel] = newest[rel] if newest[rel] is not None else shown[os.path.dirname(rel) or "."]
-    return shown
+        times += [newest[os.path.join(folder, d)] for d in folders if newest.get(os.path.join(folder, d)) is not None]
+        newest[folder] = max(times, default=None)
+    shown: dict[str, int] = {}
+    for folder, _, _ in os.walk(served):   # a folder before its children
+        shown[folder] = newest[folder] if newest[folder] is not None else shown[os.path.dirname(folder)]
+    return {os.path.relpath(folder, served): mtime for folder, mtime in shown.items()}
 
 
 def test_a_folder_shows_the_newest_file_below_it(served, shared_mount):

@@ -3,7 +3,6 @@
 while other uncached reads fail with EIO at once; once Dropbox is back a changed pinned file reads
 new. Bad input is refused in one line."""
 import errno
-import json
 import os
 import random
 import subprocess
@@ -11,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import DBX_MOUNT, Mount, assert_same_bytes, free_port, start_on
+from conftest import DBX_MOUNT, Mount, assert_same_bytes, free_port, mount_status, start_on
 
 MiB = 1 << 20
 
@@ -38,7 +37,7 @@ def dbx(*args, check=True):
 
 
 def pin_status(mountpoint):
-    return json.loads(dbx("status", "--json", mountpoint).stdout).get("pins") or []
+    return mount_status(mountpoint).get("pins") or []
 
 
 def wait_until(condition, timeout, what):
@@ -81,7 +80,7 @@ def test_a_pinned_folder_is_there_offline_and_follows_changes_online(tree, tmp_p
             (mnt / "Other" / "big.bin").read_bytes()
         assert failure.value.errno == errno.EIO
         assert time.monotonic() - started < 2
-        assert json.loads(dbx("status", "--json", mnt).stdout)["change_feed"]["state"] == "offline"
+        assert mount_status(mnt)["change_feed"]["state"] == "offline"
 
         (tree / "Pinned" / "Sub" / "notes.txt").write_bytes(b"second, from Dropbox\n")
         emulator = start_on(tree, port)

@@ -52,7 +52,7 @@ struct TreeUpdate {
     }
 
     /// Settles the times of the folders the batch changed, which the kernel must forget too.
-    mutating func settleFolderTimes(in tree: inout Tree, notify: Bool) {
+    private mutating func settleFolderTimes(in tree: inout Tree, notify: Bool) {
         let retimed = tree.settleFolderTimes()
         if notify { invalidations.append(contentsOf: retimed.map { .inode($0.inode) }) }
     }
