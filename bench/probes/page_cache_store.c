@@ -1,7 +1,8 @@
 // Probe: what a FUSE daemon pays per GiB to get a sequential reader's bytes into the page cache,
 // answering the kernel's reads (as dbx-mount does) or pushing the bytes in ahead of the reader
 // with FUSE_NOTIFY_STORE. No network: the bytes come from memory, so only the FUSE side differs.
-// README, "What the design could still change". Usage: page_cache_store MOUNTPOINT MODE
+// docs/reads-over-tls.md, "What the design could still change".
+// Usage: page_cache_store MOUNTPOINT MODE
 //   reply       reads answered from a 256 MiB ring standing for the read-ahead parts; each read's
 //               bytes are first copied into the ring from a 16 KiB buffer with streaming stores,
 //               as curl's TLS records are copied into a part; passed pages dropped (drop-behind).

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Builds page_cache_store.c and reads its 1 GiB file once per mode at 300 MB/s (a reader paced
 # as at a link that fast), printing the daemon's and the reader's CPU ticks (1/100 s) for that
-# GiB. As root (it raises the mount's read_ahead_kb to 4 MiB, as dbx-mount does). README, "What
-# the design could still change".
+# GiB. As root (it raises the mount's read_ahead_kb to 4 MiB, as dbx-mount does).
+# docs/reads-over-tls.md, "What the design could still change".
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
