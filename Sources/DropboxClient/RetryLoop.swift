@@ -73,10 +73,12 @@ extension DropboxHTTPClient {
     }
 
     /// One line per call that failed for good. Answers the caller handles as a normal outcome
-    /// (a past-the-end range, a feed `reset`) are not failures. The line carries no token:
+    /// (a past-the-end range, a feed `reset`, no such path for `get_metadata`, which the core asks
+    /// whether a name exists) are not failures. The line carries no token:
     /// `DropboxError`'s description never holds one.
     private func logFailure(route: String, error: DropboxError, requestID: String?, attempts: Int) {
         if error.isRoute("range", "not_satisfiable") || error.isRoute("reset") || error == .stopped { return }
+        if route == "files/get_metadata" && error.isRoute("path", "not_found") { return }
         var metadata: Logger.Metadata = ["route": "\(route)", "error": "\(error)"]
         if let requestID { metadata["request_id"] = "\(requestID)" }
         if attempts > 1 { metadata["attempts"] = "\(attempts)" }

@@ -16,6 +16,12 @@ public struct FilesystemOptions: Sendable {
     /// Show documents Dropbox cannot download (Paper and other cloud docs) as their export, read
     /// through `files/export`; when false they are left out.
     public var showExports = true
+    /// How long a reader waits for the first listing to reach a folder it is listing anyway. A
+    /// subtree's pages take a round trip each, so this bounds what one `ls` can lose to a large
+    /// subtree; within it, `find` right after mounting walks behind the first listing instead of
+    /// listing each folder again, one round trip after another. A folder reached by name rather
+    /// than by listing its parent is not waited for (`Freshness.swift`). Tests lengthen it.
+    public var fillWaitSeconds: Double = 2
     /// Listings the first full listing runs at once (subtrees of the mounted folder); 1 lists it
     /// as one recursive chain of pages.
     public var listingConcurrency = 8

@@ -436,6 +436,24 @@ struct DownloadTests {
         guard case .malformedResponse? = error else { Issue.record("\(String(describing: error))"); return }
     }
 
+    @Test func noSuchPathIsNoFailureForGetMetadataButIsForADownload() {
+        // The core asks get_metadata whether a name exists (a lookup during the first listing):
+        // "no" is an answer there, not a line at the mount's warning level; a file gone when it is
+        // read is a failure.
+        let log = LogRecorder()
+        let notFound = FakeTransport { _, _ in
+            response(409, #"{"error_summary":"path/not_found/..","error":{".tag":"path","path":{".tag":"not_found"}}}"#)
+        }
+        let client = DropboxHTTPClient(endpoints: DropboxEndpoints(api: "https://api.test", content: "https://content.test",
+                                                                   notify: "https://notify.test"),
+                                       tokens: StaticAccessToken(testToken), transport: notFound,
+                                       retryPolicy: SleepRecorder().policy, logger: log.logger(), failureLogLevel: .warning)
+        #expect(thrown { () throws(DropboxError) in try client.metadata(path: "/a/missing") }?.isRoute("path", "not_found") == true)
+        #expect(log.at(.warning).isEmpty, "\(log.lines.map(\.text))")
+        #expect(thrown { () throws(DropboxError) in try client.download(path: "/a/gone", range: 0..<10) }?.isRoute("path", "not_found") == true)
+        #expect(log.at(.warning).map(\.message) == ["Dropbox call failed"])
+    }
+
     @Test func routeErrorsPassThrough() {
         let fake = FakeTransport { _, _ in
             response(409, #"{"error_summary":"path/not_file/","error":{".tag":"path","path":{".tag":"not_file"}}}"#)

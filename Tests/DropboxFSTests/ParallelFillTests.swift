@@ -181,6 +181,62 @@ struct ParallelFillTests {
         #expect(eventually { fs.isFeedLive })
     }
 
+    @Test func aFolderReachedByNameWithinASubtreeUnderWayIsAnsweredWithoutWaitingForIt() throws {
+        // `cd A/sub/deep; ls; cat f.txt` right after mounting, while the subtree listing of A is
+        // still under way (held here until the end): each name costs one get_metadata, the folder
+        // read one listing of its own, and none of them waits for the subtree.
+        let dropbox = FakeDropbox(pageSize: 50)
+        addTopFolders(["A", "B"], to: dropbox)
+        dropbox.addFolder("/A/sub/deep")
+        dropbox.addFile("/A/sub/deep/f.txt", [1, 2, 3])
+        dropbox.addFile("/A/sub/deep/g.txt", [4])
+        let hold = DispatchSemaphore(value: 0)
+        let subtrees = Mutex(0)
+        dropbox.setGates(listing: nil, recursive: {
+            subtrees.withLock { $0 += 1 }
+            hold.wait()
+            hold.signal()
+        })
+        var options = FilesystemOptions(metadataTTL: .seconds(60))
+        options.listingConcurrency = 2
+        // Long enough that a reader that waited for the subtree would fail the time check below.
+        options.fillWaitSeconds = 20
+        let fs = DropboxFilesystem(api: dropbox, options: options, folderModified: 0, now: clock.now)
+        defer { fs.stopChangeFeed(); hold.signal() }
+        fs.startChangeFeed()
+        #expect(eventually { subtrees.withLock { $0 } == 2 })
+        let started = Date()
+
+        let a = try fs.lookup(parent: .root, name: "A")
+        let before = dropbox.counters
+        let sub = try fs.lookup(parent: a.inode, name: "sub")
+        let deep = try fs.lookup(parent: sub.inode, name: "deep")
+        let file = try fs.lookup(parent: deep.inode, name: "f.txt")
+        #expect(sub.kind == .directory && deep.kind == .directory && file.size == 3)
+        #expect(dropbox.counters.metadata == before.metadata + 3, "one get_metadata per name")
+        #expect(dropbox.counters.listFolder == before.listFolder, "no folder listed for a name")
+        // Its attributes and its opening come from the tree: the subtree listing is as fresh.
+        #expect(try fs.attributes(of: file.inode).size == 3)
+        let opened = try fs.open(file.inode)
+        #expect(try fs.read(opened.handle, offset: 0, size: 10) == [1, 2, 3])
+        fs.release(opened.handle)
+        #expect(dropbox.counters.listFolder == before.listFolder)
+
+        // Reading the folder lists it alone, at once.
+        let handle = try fs.openDirectory(deep.inode)
+        let names = try fs.readDirectory(handle, from: 2).map(\.name).sorted()
+        fs.releaseDirectory(handle)
+        #expect(names == ["f.txt", "g.txt"])
+        #expect(dropbox.counters.listFolder == before.listFolder + 1)
+        #expect(Date().timeIntervalSince(started) < 10, "nothing waited for the subtree listing")
+        #expect(!fs.isFeedLive, "the subtree listing was still under way throughout")
+
+        dropbox.setGates(listing: nil, recursive: nil)
+        hold.signal()
+        #expect(eventually { fs.isFeedLive })
+        #expect(try visible(fs) == served(dropbox))
+    }
+
     @Test func aReaderWaitsForTheSubtreeListingUnderWayInsteadOfListingAgain() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         addTopFolders(["A", "B"], to: dropbox, fileSize: 2)
@@ -195,10 +251,20 @@ struct ParallelFillTests {
         fs.startChangeFeed()
         #expect(eventually { started.withLock { $0 } == 2 })
         let before = dropbox.counters.listFolder
-        let sub = try fs.lookup(parent: try fs.lookup(parent: .root, name: "B").inode, name: "sub")
+        // Walked as `find` walks, each folder read before the next is looked up in it.
+        func names(_ folder: InodeNumber) throws -> [String] {
+            let handle = try fs.openDirectory(folder)
+            defer { fs.releaseDirectory(handle) }
+            return try fs.readDirectory(handle, from: 2).map(\.name)
+        }
+        let b = try fs.lookup(parent: .root, name: "B")
+        #expect(try names(b.inode) == ["sub"])
+        let sub = try fs.lookup(parent: b.inode, name: "sub")
+        #expect(try names(sub.inode) == ["f.txt"])
         #expect(try fs.lookup(parent: sub.inode, name: "f.txt").size == 2)
         // The one further listing the fill may make meanwhile is the mounted folder's, once it ends.
         #expect(dropbox.counters.listFolder <= before + 1, "B and B/sub came from B's subtree listing, not their own")
+        #expect(dropbox.counters.metadata == 0, "and no name was asked for alone")
         #expect(eventually { fs.isFeedLive })
         // The feed is live before the mounted folder's second listing (listAgainAfterFill) returns.
         #expect(eventually { dropbox.counters.listFolder == before + 1 })

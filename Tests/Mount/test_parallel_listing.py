@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import Emulator, Mount, assert_same_bytes
+from conftest import Emulator, Mount, assert_same_bytes, mount_status, wait_until_listed
 
 
 def tree(root):
@@ -153,6 +153,50 @@ def test_the_listing_degrades_gracefully_under_dropbox_rate_limit(tmp_path):
         stats = emulator.stats()
         assert stats["rate_limited"] > 0, "the listing stayed under the limit: the test proves nothing"
         assert_same_bytes(served, mount.mountpoint)
+    finally:
+        if mount:
+            mount.unmount()
+        emulator.stop()
+
+
+def test_a_path_named_right_after_mounting_is_answered_before_its_subtree_is_listed(tmp_path):
+    """`stat`, `ls` and `cat` of a path two folders deep, right after mounting, while the first
+    listing is still listing the subtree around it: each name is asked of Dropbox alone
+    (get_metadata) and the folder read is listed alone, instead of each level waiting for the
+    subtree listing (up to two seconds a level). What they show is the served tree."""
+    served = tmp_path / "served"
+    for d in range(10):
+        for s in range(10):
+            folder = served / f"d{d}" / f"s{s}"
+            folder.mkdir(parents=True)
+            for i in range(40):
+                (folder / f"f{i}.txt").write_text(f"{d}/{s}/{i}\n")
+    # Pages of 5 entries at 50 ms: each top folder's subtree (410 entries) takes 82 pages, about
+    # four seconds, all ten at once.
+    emulator = Emulator(served, "--latency-ms", "50", "--page-size", "5")
+    mount = None
+    try:
+        mount = Mount(emulator, tmp_path / "mnt", "--listing-concurrency", "10")
+        deadline = time.monotonic() + 30
+        while (mount_status(mount.mountpoint).get("first_listing") or {}).get("listings_started", 0) < 11:
+            assert time.monotonic() < deadline, "the subtree listings did not start"
+            time.sleep(0.02)
+        deep = mount.mountpoint / "d7" / "s3"
+        assert deep.is_dir()
+        assert sorted(os.listdir(deep)) == sorted(os.listdir(served / "d7" / "s3"))
+        assert (deep / "f17.txt").read_text() == "7/3/17\n"
+        assert mount_status(mount.mountpoint)["change_feed"]["state"] != "live", \
+            "the first listing had ended: the test proves nothing"
+        requests = emulator.stats()["requests"]
+        # d7/s3 by name, then s3 listed alone: the mounted folder, the ten subtrees and s3.
+        assert requests.get("files/get_metadata", 0) >= 1, requests
+        assert requests.get("files/list_folder", 0) <= 12, requests
+        wait_until_listed(mount.mountpoint)
+        # Names and sizes (reading 4,000 files at 50 ms each would take minutes).
+        def sizes(root):
+            return sorted(subprocess.run(["find", ".", "-printf", "%p %s %y\n"], cwd=root, capture_output=True,
+                                         text=True, check=True).stdout.splitlines())
+        assert sizes(mount.mountpoint) == sizes(served)
     finally:
         if mount:
             mount.unmount()

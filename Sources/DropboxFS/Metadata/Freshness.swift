@@ -31,7 +31,11 @@ extension DropboxFilesystem {
     /// listings make way meanwhile (`FeedStatus.readersWaitingForAFolder`); with `readerHandle`,
     /// they go on making way while that handle reads the folder (`foldersReadAfterWaiting`),
     /// from the same lock hold on, so that none starts in between.
-    func ensureFreshListing(of folder: Slot, readerHandle: FileHandleID? = nil) throws(FSError) {
+    ///
+    /// With `waitingForTheFill` false, a folder the first listing will only reach within a subtree
+    /// is listed at once instead (see `reachedPastTheFill`).
+    func ensureFreshListing(of folder: Slot, readerHandle: FileHandleID? = nil,
+                            waitingForTheFill: Bool = true) throws(FSError) {
         var decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         if case .waitForCatchUp = decision, !reachability.isUnreachable {
             // A tree loaded from the persistent cache is being brought up to date; its `continue`
@@ -42,7 +46,8 @@ extension DropboxFilesystem {
             feedChanged.unlock()
             decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         }
-        if case .list(let path, _) = decision {
+        if case .list(let path, _) = decision,
+           waitingForTheFill || state.withLock({ $0.feed.fillListsFolderAlone(path.lowercased()) }) {
             if waitForFill(covering: path, readerHandle: readerHandle) { decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) } }
         }
         guard case .list(let path, let firstTime) = decision else { return }
@@ -57,7 +62,7 @@ extension DropboxFilesystem {
             let again = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
             guard case .list = again else {
                 // It waited for another reader's listing of the folder.
-                state.withLock { $0.feed.holdForReader(readerHandle, until: now() + Self.fillWaitLimit) }
+                state.withLock { $0.feed.holdForReader(readerHandle, until: now() + fillWaitLimit) }
                 return
             }
             let listedAt = now()
@@ -73,7 +78,7 @@ extension DropboxFilesystem {
                 state.withLock {
                     $0.feed.listingsInFlight.removeAll { $0 == call }
                     $0.feed.readersWaitingForAFolder -= 1
-                    $0.feed.holdForReader(readerHandle, until: now() + Self.fillWaitLimit)
+                    $0.feed.holdForReader(readerHandle, until: now() + fillWaitLimit)
                 }
                 signalFeedChanged()
             }
@@ -123,11 +128,35 @@ extension DropboxFilesystem {
         }
     }
 
-    /// How long a reader waits for the first listing to reach a folder it is listing anyway. A
-    /// subtree's pages take a round trip each, so this bounds what one `ls` can lose to a large
-    /// subtree; within it, `find` right after mounting walks behind the fill instead of listing
-    /// each folder again, one round trip after another.
-    static let fillWaitLimit: TimeInterval = 2
+    /// The path of `folder` if the first listing is listing it as part of a subtree under way and
+    /// has not listed it whole yet: nil otherwise. What the tree holds there came from that listing,
+    /// so it is as fresh as the listing; what it lacks may still come, in an order Dropbox does not
+    /// say, up to the whole subtree later.
+    func pathWithinASubtreeUnderWay(_ folder: Slot, in state: State) -> String? {
+        let tree = state.tree
+        guard tree.isAlive(folder), tree.isDirectory(folder), !tree.isComplete(folder) else { return nil }
+        let path = options.rootPath + tree.components(folder).map { "/" + $0 }.joined()
+        let lowerPath = path.lowercased()
+        guard state.feed.fillCovers(lowerPath), !state.feed.fillListsFolderAlone(lowerPath) else { return nil }
+        return path
+    }
+
+    /// Whether a reader reached `folder` by name, through folders nobody has listed whole yet,
+    /// rather than by listing its parent: `ls a/b` right after mounting, not `find` walking behind
+    /// the first listing. Such a reader wants one folder; waiting for the subtree listing that
+    /// covers it (up to `fillWaitLimit` at each level of the path) would cost it seconds where
+    /// listing the folder itself costs a round trip.
+    func reachedPastTheFill(_ folder: Slot) -> Bool {
+        state.withLock { state in
+            guard folder != .root, state.tree.isAlive(folder) else { return false }
+            let parent = state.tree.parent(folder)
+            return pathWithinASubtreeUnderWay(parent, in: state) != nil
+        }
+    }
+
+    /// How long a reader waits for the first listing to reach a folder it is listing anyway
+    /// (`FilesystemOptions.fillWaitSeconds`).
+    var fillWaitLimit: TimeInterval { options.fillWaitSeconds }
 
     /// Waits while a call of the first listing (or a reader's listing of that folder) under way
     /// covers `path`: whether it waited. If it waited for that folder's own listing, subtree
@@ -141,14 +170,14 @@ extension DropboxFilesystem {
             return (state.feed.fillCovers(lowerPath), alone)
         }
         guard covered else { return false }
-        let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
+        let deadline = Date().addingTimeInterval(fillWaitLimit)
         feedChanged.lock()
         while state.withLock({ $0.feed.fillCovers(lowerPath) }) && Date() < deadline { _ = feedChanged.wait(until: deadline) }
         feedChanged.unlock()
         if alone {
             state.withLock {
                 $0.feed.readersWaitingForAFolder -= 1
-                $0.feed.holdForReader(readerHandle, until: now() + Self.fillWaitLimit)
+                $0.feed.holdForReader(readerHandle, until: now() + fillWaitLimit)
             }
             signalFeedChanged()   // subtree listings paused for this reader go on (without one)
         }

@@ -10,14 +10,49 @@ extension DropboxFilesystem {
     public func lookup(parent: InodeNumber, name: String) throws(FSError) -> NodeAttributes {
         try reporting(.lookup, inode: parent, name: name) { () throws(FSError) -> NodeAttributes in
             guard let folder = Slot(parent) else { throw .notFound }
+            if let found = try lookUpWithinASubtreeUnderWay(name, in: folder) { return found }
             try ensureFreshListing(of: folder)
             return try state.withLock { state throws(FSError) -> NodeAttributes in
-                guard state.tree.isAlive(folder) else { throw .notFound }
-                guard let child = state.tree.child(of: folder, folded: FoldedName(name)) else { throw .notFound }
-                if !options.caseInsensitive && state.tree.name(child) != name { throw .notFound }
-                state.tree.markSizeReported(child)
-                return attributes(of: child, in: state.tree)
+                guard let found = try child(name, of: folder, in: &state) else { throw .notFound }
+                return found
             }
+        }
+    }
+
+    /// `name` in `folder` as the tree has it: nil if the tree holds no such child.
+    private func child(_ name: String, of folder: Slot, in state: inout State) throws(FSError) -> NodeAttributes? {
+        guard state.tree.isAlive(folder) else { throw .notFound }
+        guard let child = state.tree.child(of: folder, folded: FoldedName(name)),
+              options.caseInsensitive || state.tree.name(child) == name else { return nil }
+        state.tree.markSizeReported(child)
+        return attributes(of: child, in: state.tree)
+    }
+
+    /// A name in a folder the first listing reaches only within a subtree under way (`cd a/b`,
+    /// `cat a/b/f` right after mounting a large Dropbox): the tree's entry if that listing has
+    /// brought it, else Dropbox's answer for that one path (`files/get_metadata`, one round trip)
+    /// instead of waiting up to `fillWaitLimit` for the subtree. nil (wait and list, as for any
+    /// folder) when the folder is not such a folder, when Dropbox has no such path (the name may
+    /// be a document's export name, which only a listing shows), or when it cannot answer.
+    private func lookUpWithinASubtreeUnderWay(_ name: String, in folder: Slot) throws(FSError) -> NodeAttributes? {
+        guard !reachability.isUnreachable else { return nil }
+        let (path, found) = try state.withLock { state throws(FSError) -> (String?, NodeAttributes?) in
+            guard let path = pathWithinASubtreeUnderWay(folder, in: state) else { return (nil, nil) }
+            return (path, try child(name, of: folder, in: &state))
+        }
+        guard let path, found == nil else { return found }
+        let entry: Metadata
+        do throws(DropboxError) {
+            entry = try api.metadata(path: path + "/" + name)
+        } catch {
+            return nil
+        }
+        return try state.withLock { state throws(FSError) -> NodeAttributes? in
+            // Added as the subtree listing would add it; the folder stays unlisted, and the change
+            // feed, whose cursor predates this answer, brings whatever changes after it.
+            var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
+            update.apply([entry], to: &state.tree, notify: false)
+            return try child(name, of: folder, in: &state)
         }
     }
 
@@ -50,7 +85,12 @@ extension DropboxFilesystem {
             guard state.tree.isAlive(slot) else { throw .notFound }
             return slot == .root ? nil : state.tree.parent(slot)
         }
-        if let parent { try ensureFreshListing(of: parent) }
+        guard let parent else { return slot }
+        // In a folder the first listing is still listing within a subtree, the entry is as fresh
+        // as that listing (or the lookup that asked Dropbox for it): nothing to list again, and
+        // no reason to wait for the rest of the subtree.
+        if state.withLock({ pathWithinASubtreeUnderWay(parent, in: $0) }) != nil { return slot }
+        try ensureFreshListing(of: parent)
         return slot
     }
 
@@ -67,7 +107,8 @@ extension DropboxFilesystem {
             let handle = state.withLock { $0.reserveHandle() }
             let images: [ThumbnailTarget]
             do throws(FSError) {
-                try ensureFreshListing(of: folder, readerHandle: handle)
+                try ensureFreshListing(of: folder, readerHandle: handle,
+                                       waitingForTheFill: !reachedPastTheFill(folder))
                 images = try state.withLock { state throws(FSError) -> [ThumbnailTarget] in
                     let tree = state.tree
                     guard tree.isAlive(folder) else { throw .notFound }

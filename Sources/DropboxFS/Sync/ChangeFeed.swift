@@ -241,7 +241,7 @@ extension DropboxFilesystem {
     /// nothing: that is `find` walking behind the fill, which needs all of it.
     private func yieldToReadersWaitingForAFolder() {
         guard state.withLock({ $0.feed.fillMakesWay(now: now()) }) else { return }
-        let deadline = Date().addingTimeInterval(Self.fillWaitLimit)
+        let deadline = Date().addingTimeInterval(fillWaitLimit)
         feedChanged.lock()
         while state.withLock({ $0.feed.fillMakesWay(now: now()) }) && Date() < deadline && !stopped.load(ordering: .relaxed) {
             // A reader's hold ends by itself too: look again every 50 ms.
