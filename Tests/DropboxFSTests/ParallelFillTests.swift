@@ -237,6 +237,49 @@ struct ParallelFillTests {
         #expect(try visible(fs) == served(dropbox))
     }
 
+    @Test func aTopFolderOpenedByNameIsListedAtOnceButWaitedForOnceTheMountedFolderWasRead() throws {
+        // `ls A` right after mounting lists A on its own; `find`, which reads the mounted folder
+        // first, waits for the subtree listing of B instead of listing B a second time.
+        let dropbox = FakeDropbox(pageSize: 50)
+        addTopFolders(["A", "B", "C"], to: dropbox)
+        let hold = DispatchSemaphore(value: 0)
+        let subtrees = Mutex(0)
+        dropbox.setGates(listing: nil, recursive: {
+            subtrees.withLock { $0 += 1 }
+            hold.wait()
+            hold.signal()
+        })
+        var options = FilesystemOptions(metadataTTL: .seconds(60))
+        options.listingConcurrency = 3
+        options.fillWaitSeconds = 20
+        let fs = DropboxFilesystem(api: dropbox, options: options, folderModified: 0, now: clock.now)
+        defer { fs.stopChangeFeed(); hold.signal() }
+        fs.startChangeFeed()
+        #expect(eventually { subtrees.withLock { $0 } == 3 })
+        @Sendable func names(_ folder: InodeNumber) throws -> [String] {
+            let handle = try fs.openDirectory(folder)
+            defer { fs.releaseDirectory(handle) }
+            return try fs.readDirectory(handle, from: 2).map(\.name)
+        }
+        let started = Date()
+        let before = dropbox.counters.listFolder
+        #expect(try names(try fs.lookup(parent: .root, name: "A").inode) == ["sub"])
+        #expect(dropbox.counters.listFolder == before + 1, "A listed on its own")
+        #expect(Date().timeIntervalSince(started) < 10, "without waiting for A's subtree listing")
+
+        #expect(try names(.root) == ["A", "B", "C"])
+        let b = try fs.lookup(parent: .root, name: "B")
+        let walker = Thread { _ = try? names(b.inode) }
+        walker.start()
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(dropbox.counters.listFolder == before + 1, "B waited for, not listed")
+        dropbox.setGates(listing: nil, recursive: nil)
+        hold.signal()
+        #expect(eventually { fs.isFeedLive })
+        #expect(try names(b.inode) == ["sub"])
+        #expect(try visible(fs) == served(dropbox))
+    }
+
     @Test func aReaderWaitsForTheSubtreeListingUnderWayInsteadOfListingAgain() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         addTopFolders(["A", "B"], to: dropbox, fileSize: 2)
@@ -257,6 +300,7 @@ struct ParallelFillTests {
             defer { fs.releaseDirectory(handle) }
             return try fs.readDirectory(handle, from: 2).map(\.name)
         }
+        #expect(try names(.root) == ["A", "B"])
         let b = try fs.lookup(parent: .root, name: "B")
         #expect(try names(b.inode) == ["sub"])
         let sub = try fs.lookup(parent: b.inode, name: "sub")

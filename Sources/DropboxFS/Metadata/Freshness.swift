@@ -141,16 +141,19 @@ extension DropboxFilesystem {
         return path
     }
 
-    /// Whether a reader reached `folder` by name, through folders nobody has listed whole yet,
-    /// rather than by listing its parent: `ls a/b` right after mounting, not `find` walking behind
-    /// the first listing. Such a reader wants one folder; waiting for the subtree listing that
-    /// covers it (up to `fillWaitLimit` at each level of the path) would cost it seconds where
-    /// listing the folder itself costs a round trip.
+    /// Whether a reader reached `folder` by name rather than by reading its parent during the first
+    /// listing (through folders nobody has listed whole yet, or past a parent nobody opened):
+    /// `ls a/b` right after mounting, not `find` walking behind the first listing. Such a reader
+    /// wants one folder; waiting for the subtree listing that covers it (up to `fillWaitLimit` at
+    /// each level of the path) would cost it seconds where listing the folder itself costs a
+    /// round trip.
     func reachedPastTheFill(_ folder: Slot) -> Bool {
         state.withLock { state in
             guard folder != .root, state.tree.isAlive(folder) else { return false }
             let parent = state.tree.parent(folder)
-            return pathWithinASubtreeUnderWay(parent, in: state) != nil
+            if pathWithinASubtreeUnderWay(parent, in: state) != nil { return true }
+            guard let opened = state.feed.foldersOpenedDuringFill else { return false }
+            return !opened.contains(parent)
         }
     }
 

@@ -116,6 +116,7 @@ extension DropboxFilesystem {
                     var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
                     for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
                     state.directoryHandles[handle] = entries
+                    state.feed.foldersOpenedDuringFill?.insert(folder)
                     return thumbnailer == nil ? [] : tree.children(of: folder).compactMap { thumbnailTarget($0, in: tree) }
                 }
             } catch {

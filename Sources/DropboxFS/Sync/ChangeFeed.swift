@@ -121,6 +121,7 @@ extension DropboxFilesystem {
         let startedAt = now()
         state.withLock {
             $0.feed.listedByReadersDuringFill = [:]
+            $0.feed.foldersOpenedDuringFill = []
             $0.feed.fill = FillProgress(startedAt: startedAt)
         }
         defer { invalidateFoldersListedByReaders() }
@@ -259,6 +260,7 @@ extension DropboxFilesystem {
         let folders = state.withLock { state -> [Slot] in
             let listed = state.feed.listedByReadersDuringFill ?? [:]
             state.feed.listedByReadersDuringFill = nil
+            state.feed.foldersOpenedDuringFill = nil
             return listed.keys.filter { state.tree.isAlive($0) }
         }
         invalidate(folders.map { .inode($0.inode) })

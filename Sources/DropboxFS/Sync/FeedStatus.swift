@@ -22,6 +22,11 @@ struct FeedStatus {
     /// reader's listing from before the feed's cursor may keep an entry deleted since, which
     /// neither the listing nor the feed reports: such folders are listed again when it ends.
     var listedByReadersDuringFill: [Slot: Double]?
+    /// Folders a reader opened while a first listing runs (nil when none runs). A folder whose
+    /// parent nobody read was reached by name (`ls Photos` right after mounting), not by `find`
+    /// walking behind the listing, and is listed at once rather than waited for
+    /// (`DropboxFilesystem.reachedPastTheFill`).
+    var foldersOpenedDuringFill: Set<Slot>?
 
     /// Readers waiting now for one folder's own listing under way (not a subtree's): `ls` of a
     /// large folder right after mounting. Subtree listings pause between pages meanwhile, so
