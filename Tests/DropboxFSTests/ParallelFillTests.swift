@@ -76,6 +76,48 @@ struct ParallelFillTests {
         }
     }
 
+    /// A first listing whose subtree listings (`count`, one per top folder) all start and then
+    /// wait until `release()`, on a mount whose readers would wait 20 s for them: long enough that
+    /// a reader that waited fails a test's time check. nil if the subtree listings did not start.
+    struct HeldSubtrees: Sendable {
+        let fs: DropboxFilesystem
+        let dropbox: FakeDropbox
+        let hold = DispatchSemaphore(value: 0)
+
+        init?(_ dropbox: FakeDropbox, count: Int, clock: ManualClock) {
+            self.dropbox = dropbox
+            let subtrees = Mutex(0)
+            dropbox.setGates(listing: nil, recursive: { [hold] in
+                subtrees.withLock { $0 += 1 }
+                hold.wait()
+                hold.signal()
+            })
+            var options = FilesystemOptions(metadataTTL: .seconds(60))
+            options.listingConcurrency = count
+            options.fillWaitSeconds = 20
+            fs = DropboxFilesystem(api: dropbox, options: options, folderModified: 0, now: clock.now)
+            fs.startChangeFeed()
+            guard eventually({ subtrees.withLock { $0 } == count }) else { stop(); return nil }
+        }
+
+        /// The names in `folder`, read as a reader reads them (opendir, readdir, releasedir).
+        @Sendable func names(_ folder: InodeNumber) throws -> [String] {
+            let handle = try fs.openDirectory(folder)
+            defer { fs.releaseDirectory(handle) }
+            return try fs.readDirectory(handle, from: 2).map(\.name)
+        }
+
+        func release() {
+            dropbox.setGates(listing: nil, recursive: nil)
+            hold.signal()
+        }
+
+        func stop() {
+            fs.stopChangeFeed()
+            hold.signal()
+        }
+    }
+
     @Test func subtreesAreListedOnceEachAndAnswerWithoutFurtherCalls() throws {
         let dropbox = FakeDropbox(pageSize: 50)
         for f in 0..<20 {
@@ -190,21 +232,9 @@ struct ParallelFillTests {
         dropbox.addFolder("/A/sub/deep")
         dropbox.addFile("/A/sub/deep/f.txt", [1, 2, 3])
         dropbox.addFile("/A/sub/deep/g.txt", [4])
-        let hold = DispatchSemaphore(value: 0)
-        let subtrees = Mutex(0)
-        dropbox.setGates(listing: nil, recursive: {
-            subtrees.withLock { $0 += 1 }
-            hold.wait()
-            hold.signal()
-        })
-        var options = FilesystemOptions(metadataTTL: .seconds(60))
-        options.listingConcurrency = 2
-        // Long enough that a reader that waited for the subtree would fail the time check below.
-        options.fillWaitSeconds = 20
-        let fs = DropboxFilesystem(api: dropbox, options: options, folderModified: 0, now: clock.now)
-        defer { fs.stopChangeFeed(); hold.signal() }
-        fs.startChangeFeed()
-        #expect(eventually { subtrees.withLock { $0 } == 2 })
+        let held = try #require(HeldSubtrees(dropbox, count: 2, clock: clock))
+        defer { held.stop() }
+        let fs = held.fs
         let started = Date()
 
         let a = try fs.lookup(parent: .root, name: "A")
@@ -223,16 +253,12 @@ struct ParallelFillTests {
         #expect(dropbox.counters.listFolder == before.listFolder)
 
         // Reading the folder lists it alone, at once.
-        let handle = try fs.openDirectory(deep.inode)
-        let names = try fs.readDirectory(handle, from: 2).map(\.name).sorted()
-        fs.releaseDirectory(handle)
-        #expect(names == ["f.txt", "g.txt"])
+        #expect(try held.names(deep.inode).sorted() == ["f.txt", "g.txt"])
         #expect(dropbox.counters.listFolder == before.listFolder + 1)
         #expect(Date().timeIntervalSince(started) < 10, "nothing waited for the subtree listing")
         #expect(!fs.isFeedLive, "the subtree listing was still under way throughout")
 
-        dropbox.setGates(listing: nil, recursive: nil)
-        hold.signal()
+        held.release()
         #expect(eventually { fs.isFeedLive })
         #expect(try visible(fs) == served(dropbox))
     }
@@ -242,25 +268,9 @@ struct ParallelFillTests {
         // first, waits for the subtree listing of B instead of listing B a second time.
         let dropbox = FakeDropbox(pageSize: 50)
         addTopFolders(["A", "B", "C"], to: dropbox)
-        let hold = DispatchSemaphore(value: 0)
-        let subtrees = Mutex(0)
-        dropbox.setGates(listing: nil, recursive: {
-            subtrees.withLock { $0 += 1 }
-            hold.wait()
-            hold.signal()
-        })
-        var options = FilesystemOptions(metadataTTL: .seconds(60))
-        options.listingConcurrency = 3
-        options.fillWaitSeconds = 20
-        let fs = DropboxFilesystem(api: dropbox, options: options, folderModified: 0, now: clock.now)
-        defer { fs.stopChangeFeed(); hold.signal() }
-        fs.startChangeFeed()
-        #expect(eventually { subtrees.withLock { $0 } == 3 })
-        @Sendable func names(_ folder: InodeNumber) throws -> [String] {
-            let handle = try fs.openDirectory(folder)
-            defer { fs.releaseDirectory(handle) }
-            return try fs.readDirectory(handle, from: 2).map(\.name)
-        }
+        let held = try #require(HeldSubtrees(dropbox, count: 3, clock: clock))
+        defer { held.stop() }
+        let fs = held.fs, names = held.names
         let started = Date()
         let before = dropbox.counters.listFolder
         #expect(try names(try fs.lookup(parent: .root, name: "A").inode) == ["sub"])
@@ -273,8 +283,7 @@ struct ParallelFillTests {
         walker.start()
         Thread.sleep(forTimeInterval: 0.3)
         #expect(dropbox.counters.listFolder == before + 1, "B waited for, not listed")
-        dropbox.setGates(listing: nil, recursive: nil)
-        hold.signal()
+        held.release()
         #expect(eventually { fs.isFeedLive })
         #expect(try names(b.inode) == ["sub"])
         #expect(try visible(fs) == served(dropbox))

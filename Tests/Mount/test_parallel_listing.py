@@ -26,6 +26,17 @@ def tree(root):
     return found
 
 
+def two_level_tree(served, tops, subs, files):
+    """`d<N>/s<M>/f<I>.txt` holding `N/M/I`: top folders that each become a subtree listing."""
+    for d in range(tops):
+        for s in range(subs):
+            folder = served / f"d{d}" / f"s{s}"
+            folder.mkdir(parents=True)
+            for i in range(files):
+                (folder / f"f{i}.txt").write_text(f"{d}/{s}/{i}\n")
+    return served
+
+
 def walk_meanwhile(mountpoint, stop):
     """A reader walking ahead of the first listing: it lists folders on its own or waits for the
     listing, and the kernel keeps what it read, which the end of the listing must correct."""
@@ -134,13 +145,7 @@ def test_the_listing_degrades_gracefully_under_dropbox_rate_limit(tmp_path):
     """Parallel subtree listings make Dropbox answer 429 (too_many_requests) when they exceed its
     rate; the client waits as Retry-After says and retries, so `find` right after mounting sees
     the whole tree and no error."""
-    served = tmp_path / "served"
-    for d in range(16):
-        for s in range(3):
-            folder = served / f"d{d:02d}" / f"s{s}"
-            folder.mkdir(parents=True)
-            for i in range(12):
-                (folder / f"f{i}.txt").write_text(f"{d}/{s}/{i}\n")
+    served = two_level_tree(tmp_path / "served", tops=16, subs=3, files=12)
     # Pages of 5 entries: about 170 list calls in all, against 25 admitted per second.
     emulator = Emulator(served, "--latency-ms", "5", "--page-size", "5", "--rate-limit", "25")
     mount = None
@@ -164,13 +169,7 @@ def test_a_path_named_right_after_mounting_is_answered_before_its_subtree_is_lis
     listing is still listing the subtree around it: each name is asked of Dropbox alone
     (get_metadata) and the folder read is listed alone, instead of each level waiting for the
     subtree listing (up to two seconds a level). What they show is the served tree."""
-    served = tmp_path / "served"
-    for d in range(10):
-        for s in range(10):
-            folder = served / f"d{d}" / f"s{s}"
-            folder.mkdir(parents=True)
-            for i in range(40):
-                (folder / f"f{i}.txt").write_text(f"{d}/{s}/{i}\n")
+    served = two_level_tree(tmp_path / "served", tops=10, subs=10, files=40)
     # Pages of 5 entries at 50 ms: each top folder's subtree (410 entries) takes 82 pages, about
     # four seconds, all ten at once.
     emulator = Emulator(served, "--latency-ms", "50", "--page-size", "5")
