@@ -30,12 +30,9 @@ extension DropboxFilesystem {
     /// folder's own listing (its own, or the first listing's of that folder alone), subtree
     /// listings make way meanwhile (`FeedStatus.readersWaitingForAFolder`); with `readerHandle`,
     /// they go on making way while that handle reads the folder (`foldersReadAfterWaiting`),
-    /// from the same lock hold on, so that none starts in between.
-    ///
-    /// With `waitingForTheFill` false, a folder the first listing will only reach within a subtree
-    /// is listed at once instead (see `reachedPastTheFill`).
-    func ensureFreshListing(of folder: Slot, readerHandle: FileHandleID? = nil,
-                            waitingForTheFill: Bool = true) throws(FSError) {
+    /// from the same lock hold on, so that none starts in between. A reader opening a folder it
+    /// reached by name (`reachedPastTheFill`) does not wait for a subtree listing: it lists it.
+    func ensureFreshListing(of folder: Slot, readerHandle: FileHandleID? = nil) throws(FSError) {
         var decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         if case .waitForCatchUp = decision, !reachability.isUnreachable {
             // A tree loaded from the persistent cache is being brought up to date; its `continue`
@@ -46,8 +43,7 @@ extension DropboxFilesystem {
             feedChanged.unlock()
             decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) }
         }
-        if case .list(let path, _) = decision,
-           waitingForTheFill || state.withLock({ $0.feed.fillListsFolderAlone(path.lowercased()) }) {
+        if case .list(let path, _) = decision, readerHandle == nil || !reachedPastTheFill(folder, at: path) {
             if waitForFill(covering: path, readerHandle: readerHandle) { decision = try state.withLock { state throws(FSError) in try freshness(of: folder, in: state) } }
         }
         guard case .list(let path, let firstTime) = decision else { return }
@@ -141,15 +137,17 @@ extension DropboxFilesystem {
         return path
     }
 
-    /// Whether a reader reached `folder` by name rather than by reading its parent during the first
-    /// listing (through folders nobody has listed whole yet, or past a parent nobody opened):
-    /// `ls a/b` right after mounting, not `find` walking behind the first listing. Such a reader
-    /// wants one folder; waiting for the subtree listing that covers it (up to `fillWaitLimit` at
-    /// each level of the path) would cost it seconds where listing the folder itself costs a
-    /// round trip.
-    func reachedPastTheFill(_ folder: Slot) -> Bool {
+    /// Whether a reader reached `folder` (at `path`) by name rather than by reading its parent
+    /// during the first listing (through folders nobody has listed whole yet, or past a parent
+    /// nobody opened), and that listing will reach it only within a subtree: `ls a/b` right after
+    /// mounting, not `find` walking behind the first listing. Such a reader wants one folder;
+    /// waiting for the subtree listing that covers it (up to `fillWaitLimit` at each level of the
+    /// path) would cost it seconds where listing the folder itself costs a round trip. A folder the
+    /// first listing lists on its own is waited for: that is one listing either way.
+    private func reachedPastTheFill(_ folder: Slot, at path: String) -> Bool {
         state.withLock { state in
-            guard folder != .root, state.tree.isAlive(folder) else { return false }
+            guard folder != .root, state.tree.isAlive(folder),
+                  !state.feed.fillListsFolderAlone(path.lowercased()) else { return false }
             let parent = state.tree.parent(folder)
             if pathWithinASubtreeUnderWay(parent, in: state) != nil { return true }
             guard let opened = state.feed.foldersOpenedDuringFill else { return false }

@@ -83,14 +83,14 @@ extension DropboxFilesystem {
         }
         let parent = try state.withLock { state throws(FSError) -> Slot? in
             guard state.tree.isAlive(slot) else { throw .notFound }
-            return slot == .root ? nil : state.tree.parent(slot)
+            guard slot != .root else { return nil }
+            let parent = state.tree.parent(slot)
+            // In a folder the first listing is still listing within a subtree, the entry is as
+            // fresh as that listing (or the lookup that asked Dropbox for it): nothing to list
+            // again, and no reason to wait for the rest of the subtree.
+            return pathWithinASubtreeUnderWay(parent, in: state) == nil ? parent : nil
         }
-        guard let parent else { return slot }
-        // In a folder the first listing is still listing within a subtree, the entry is as fresh
-        // as that listing (or the lookup that asked Dropbox for it): nothing to list again, and
-        // no reason to wait for the rest of the subtree.
-        if state.withLock({ pathWithinASubtreeUnderWay(parent, in: $0) }) != nil { return slot }
-        try ensureFreshListing(of: parent)
+        if let parent { try ensureFreshListing(of: parent) }
         return slot
     }
 
@@ -107,8 +107,7 @@ extension DropboxFilesystem {
             let handle = state.withLock { $0.reserveHandle() }
             let images: [ThumbnailTarget]
             do throws(FSError) {
-                try ensureFreshListing(of: folder, readerHandle: handle,
-                                       waitingForTheFill: !reachedPastTheFill(folder))
+                try ensureFreshListing(of: folder, readerHandle: handle)
                 images = try state.withLock { state throws(FSError) -> [ThumbnailTarget] in
                     let tree = state.tree
                     guard tree.isAlive(folder) else { throw .notFound }

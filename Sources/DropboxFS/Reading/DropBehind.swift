@@ -6,10 +6,11 @@
 // machine that hands its free memory back to a host (a VM with free page reporting or a balloon,
 // as the benchmark machine is: docs/reads-over-tls.md, "Where the swing comes from"), the first
 // write of each such page costs a fault in the host, which made the mount's CPU per GiB swing
-// between 1.2 and 4 CPU-s. Pages given back to the kernel are taken again by the next read-ahead at once, still
-// backed, so a stream that drops what its reader has passed keeps reusing a few dozen MiB: a
-// fresh mount's 1 GiB through 300 MB/s at 50 ms took 118-145 ticks of the mount's CPU against
-// 208-246 keeping every page (docs/reads-over-tls.md, "Dropping what a stream has passed").
+// between 1.2 and 4 CPU-s. Pages given back to the kernel are taken again by the next read-ahead
+// at once, still backed, so a stream that drops what its reader has passed keeps reusing a few
+// dozen MiB: a fresh mount's 1 GiB through 300 MB/s at 50 ms took 118-145 ticks of the mount's
+// CPU against 208-246 keeping every page (docs/reads-over-tls.md, "Dropping what a stream has
+// passed").
 //
 // It also keeps one streamed video or backup from pushing out of the page cache what the machine
 // was using, which is why Linux now offers the same to applications for local files
