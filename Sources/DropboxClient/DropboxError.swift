@@ -47,6 +47,23 @@ extension DropboxError: CustomStringConvertible {
 }
 
 extension DropboxError {
+    /// The error with every copy of `secret` in the server's text replaced by `<redacted>`: a
+    /// server that echoes the request's token in an error body must not put it in a log line.
+    func redacting(_ secret: String?) -> DropboxError {
+        guard let secret, !secret.isEmpty else { return self }
+        switch self {
+        case .badInput(let text): return .badInput(text.replacingAll(secret, with: "<redacted>"))
+        case .server(let status, let body): return .server(status: status, body: body.replacingAll(secret, with: "<redacted>"))
+        case .unexpectedStatus(let status, let body):
+            return .unexpectedStatus(status, body: body.replacingAll(secret, with: "<redacted>"))
+        case .route(let tags, let summary): return .route(tags: tags, summary: summary.replacingAll(secret, with: "<redacted>"))
+        case .auth(let tag, let summary): return .auth(tag: tag, summary: summary.replacingAll(secret, with: "<redacted>"))
+        case .rateLimited, .transport, .malformedResponse, .stopped: return self
+        }
+    }
+}
+
+extension DropboxError {
     /// The one place a transport's failure becomes a Dropbox error. A request the transport would
     /// not send is bad input, like a 400; everything else is `.transport`, which the retry policy
     /// retries.

@@ -39,7 +39,7 @@ extension DropboxHTTPClient {
                 if let send { response = try send(request) } else { response = try transport.exchange(request) }
                 if accept.contains(response.status) { return response }
                 requestID = response.headers["x-dropbox-request-id"]
-                error = ErrorDecoding.error(for: response)
+                error = ErrorDecoding.error(for: response).redacting(token)
             } catch let transportError {
                 requestID = nil
                 error = transportError

@@ -54,7 +54,14 @@ enum OAuth {
         if q["code_challenge"] != nil, method != "S256", method != "plain" {
             return .text(.badRequest, "Invalid code_challenge_method: \"\(method)\"", [:])
         }
-        let code = router.auth.authorize(clientID: clientID, challenge: q["code_challenge"], method: method, redirectURI: q["redirect_uri"])
+        // `scope` narrows the token to what it lists (space-separated); without it the token gets
+        // every scope the app has.
+        let scopes = q["scope"].map { Set($0.split(separator: " ").map(String.init)) }
+        if let unknown = scopes?.first(where: { !Router.appScopes.contains($0) }) {
+            return .text(.badRequest, "Invalid scope: \"\(unknown)\" is not a scope this app has", [:])
+        }
+        let code = router.auth.authorize(clientID: clientID, challenge: q["code_challenge"], method: method,
+                                         redirectURI: q["redirect_uri"], scopes: scopes)
         if let redirect = q["redirect_uri"] {
             var location = redirect + (redirect.contains("?") ? "&" : "?") + "code=" + percentEncode(code)
             if let state = q["state"] { location += "&state=" + percentEncode(state) }
@@ -95,11 +102,11 @@ enum OAuth {
         case "authorization_code":
             guard let code = form["code"] else { return failure("invalid_request", "No code") }
             do {
-                let (access, refresh) = try router.auth.exchange(code: code, clientID: clientID, verifier: form["code_verifier"],
+                let (access, refresh, scopes) = try router.auth.exchange(code: code, clientID: clientID, verifier: form["code_verifier"],
                                                                  secret: secret, redirectURI: form["redirect_uri"])
                 return .json(.object([
                     ("access_token", .string(access)), ("token_type", .string("bearer")), ("expires_in", .int(lifetime)),
-                    ("refresh_token", .string(refresh)), ("scope", .string("account_info.read files.content.read files.metadata.read")),
+                    ("refresh_token", .string(refresh)), ("scope", .string((scopes ?? Router.appScopes).sorted().joined(separator: " "))),
                     ("uid", .string("12345")), ("account_id", .string(Router.accountID)),
                 ]))
             } catch {

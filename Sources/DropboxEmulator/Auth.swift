@@ -6,9 +6,14 @@ import Synchronization
 final class AuthStore: Sendable {
     enum Verdict: Equatable { case valid, invalid, expired, malformed }
 
-    struct Family { var clientID: String; var revoked = false }
+    /// `scopes` is what the authorize request asked for; nil (no `scope` parameter) grants every
+    /// scope the app has, as on Dropbox.
+    struct Family { var clientID: String; var revoked = false; var scopes: Set<String>? = nil }
     struct Issued { var expires: NIODeadline; var family: String }
-    struct Code { var clientID: String; var challenge: String?; var method: String; var redirectURI: String? }
+    struct Code {
+        var clientID: String; var challenge: String?; var method: String; var redirectURI: String?
+        var scopes: Set<String>?
+    }
 
     struct State {
         var staticTokens: Set<String>
@@ -49,6 +54,17 @@ final class AuthStore: Sendable {
         }
     }
 
+    /// The scopes a valid token was granted; nil for every scope (static tokens, and tokens whose
+    /// authorization asked for no particular ones).
+    func scopes(of token: String) -> Set<String>? {
+        state.withLock { s in s.issued[token].flatMap { s.families[$0.family]?.scopes } }
+    }
+
+    /// The scopes a refresh token's family was granted (nil: every scope).
+    func scopes(ofRefreshToken token: String) -> Set<String>? {
+        state.withLock { $0.families[token]?.scopes }
+    }
+
     private static func randomToken(_ prefix: String, bytes: Int = 32) -> String {
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
         var out = prefix
@@ -79,15 +95,18 @@ final class AuthStore: Sendable {
         return try result.get()
     }
 
-    func authorize(clientID: String, challenge: String?, method: String, redirectURI: String?) -> String {
+    func authorize(clientID: String, challenge: String?, method: String, redirectURI: String?, scopes: Set<String>?) -> String {
         let code = AuthStore.randomToken("", bytes: 43)
-        state.withLock { $0.codes[code] = Code(clientID: clientID, challenge: challenge, method: method, redirectURI: redirectURI) }
+        state.withLock {
+            $0.codes[code] = Code(clientID: clientID, challenge: challenge, method: method, redirectURI: redirectURI, scopes: scopes)
+        }
         return code
     }
 
-    /// `grant_type=authorization_code`; a code works once. Returns (access, refresh).
-    func exchange(code: String, clientID: String?, verifier: String?, secret: String?, redirectURI: String?) throws(GrantError) -> (String, String) {
-        let result: Result<(String, String), GrantError> = state.withLock { s in
+    /// `grant_type=authorization_code`; a code works once. Returns (access, refresh, scopes granted).
+    func exchange(code: String, clientID: String?, verifier: String?, secret: String?,
+                  redirectURI: String?) throws(GrantError) -> (String, String, Set<String>?) {
+        let result: Result<(String, String, Set<String>?), GrantError> = state.withLock { s in
             guard let entry = s.codes.removeValue(forKey: code) else {
                 return .failure(.invalidGrant("code doesn't exist or has expired"))
             }
@@ -105,8 +124,8 @@ final class AuthStore: Sendable {
                 return .failure(.invalidGrant("no code_verifier and no client_secret"))
             }
             let refresh = AuthStore.randomToken("", bytes: 43)
-            s.families[refresh] = Family(clientID: entry.clientID)
-            return .success((issue(family: refresh, in: &s), refresh))
+            s.families[refresh] = Family(clientID: entry.clientID, scopes: entry.scopes)
+            return .success((issue(family: refresh, in: &s), refresh, entry.scopes))
         }
         return try result.get()
     }

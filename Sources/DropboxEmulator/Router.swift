@@ -37,6 +37,18 @@ final class Router: Sendable {
         "users/get_current_account": .rpc, "users/get_space_usage": .rpc, "auth/token/revoke": .rpc,
         "sharing/get_shared_link_metadata": .rpc, "sharing/get_shared_link_file": .download,
     ]
+    /// The scope each route needs (spec `files.stone`, `users.stone`, `sharing.stone`); a token
+    /// granted fewer scopes gets 401 `missing_scope`. Longpoll takes no token, revoke no scope.
+    static let requiredScope: [String: String] = [
+        "files/list_folder": "files.metadata.read", "files/list_folder/continue": "files.metadata.read",
+        "files/list_folder/get_latest_cursor": "files.metadata.read", "files/get_metadata": "files.metadata.read",
+        "files/download": "files.content.read", "files/export": "files.content.read",
+        "files/get_thumbnail_batch": "files.content.read", "files/get_thumbnail_v2": "files.content.read",
+        "users/get_current_account": "account_info.read", "users/get_space_usage": "account_info.read",
+        "sharing/get_shared_link_metadata": "sharing.read", "sharing/get_shared_link_file": "sharing.read",
+    ]
+    /// The scopes the emulated app was given in its Permissions tab.
+    static let appScopes: Set<String> = Set(requiredScope.values)
     static let voidRoutes: Set<String> = ["users/get_current_account", "users/get_space_usage", "auth/token/revoke"]
 
     static let pathROrId = #"(/(.|[\r\n])*)?|id:.*|(ns:[0-9]+(/(.|[\r\n])*)?)"#
@@ -62,14 +74,17 @@ final class Router: Sendable {
             guard let header else {
                 return .badInput(route, "Must provide HTTP header \"Authorization\" or URL parameter \"authorization\".")
             }
+            // Dropbox quotes a value it cannot parse whole, token and all (docs/dropbox-api.md §3).
+            let unparsable = Reply.badInput(route, "Invalid authorization value in HTTP header \"Authorization\": \"\(header)\".  Expecting \"Bearer <oauth2-access-token>\".")
             let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
-            guard parts.count == 2, parts[0].lowercased() == "bearer" else {
-                return .badInput(route, "Invalid authorization value in HTTP header \"Authorization\": \"\(header)\".  Expecting \"Bearer <oauth2-access-token>\".")
-            }
+            guard parts.count == 2, parts[0].lowercased() == "bearer" else { return unparsable }
             let token = String(parts[1])
             switch auth.verdict(for: token) {
-            case .valid: break
-            case .malformed: return .badInput(route, "The given OAuth 2 access token is malformed.")
+            case .valid:
+                if let required = Router.requiredScope[route], let granted = auth.scopes(of: token), !granted.contains(required) {
+                    return .missingScope(required)
+                }
+            case .malformed: return unparsable
             case .invalid: return .authError("invalid_access_token")
             case .expired: return .authError("expired_access_token")
             }

@@ -75,6 +75,14 @@ enum Reply: Sendable {
         ]), ["WWW-Authenticate": "Bearer realm=\"Dropbox-API\""])
     }
 
+    /// 401 for a token that lacks the route's scope (spec `auth.stone` `AuthError.missing_scope`).
+    static func missingScope(_ required: String) -> Reply {
+        .json(.unauthorized, .object([
+            ("error_summary", .string("missing_scope/..")),
+            ("error", .object([(".tag", .string("missing_scope")), ("required_scope", .string(required))])),
+        ]), ["WWW-Authenticate": "Bearer realm=\"Dropbox-API\""])
+    }
+
     static func rateLimited(retryAfter: Int = 1) -> Reply {
         .json(.tooManyRequests, .object([
             ("error_summary", .string("too_many_requests/..")),

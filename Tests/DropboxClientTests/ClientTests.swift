@@ -191,11 +191,39 @@ struct ErrorMappingTests {
             #expect(error != nil)
             #expect(!"\(String(describing: error))".contains(testToken))
         }
+        // Bodies that quote the token back, as Dropbox's 400 does for a header value it cannot parse.
+        let echoes = [
+            response(400, #"Error in call to API function "users/get_space_usage": Invalid authorization value in HTTP header "Authorization": "Bearer \#(testToken)".  Expecting "Bearer <oauth2-access-token>"."#),
+            response(400, "token \(testToken) rejected"), response(500, "oops \(testToken)"), response(418, testToken),
+            response(409, #"{"error_summary":"x/\#(testToken)/..","error":{".tag":"x"}}"#),
+        ]
+        for answer in echoes {
+            let fake = FakeTransport { _, _ in answer }
+            let error = thrown { () throws(DropboxError) in try makeClient(fake).spaceUsage() }
+            #expect(error != nil)
+            #expect(!"\(String(describing: error))".contains("SECRET"), "\(String(describing: error))")
+        }
+        // The quoted value goes whatever it holds, even a value that is not our token.
+        let quoted = ErrorDecoding.text(Array(#"Invalid authorization value in HTTP header "Authorization": "Bearer {\"a\": \"sl.x y\"}".  Expecting "Bearer <oauth2-access-token>"."#.utf8))
+        #expect(quoted == #"Invalid authorization value in HTTP header "Authorization": "<redacted>".  Expecting "Bearer <oauth2-access-token>"."#)
         let provider = StaticAccessToken(testToken)
         var dumped = ""
         dump(provider, to: &dumped)
         for text in ["\(provider)", String(reflecting: provider), dumped] {
             #expect(!text.contains(testToken))
+        }
+    }
+}
+
+@Suite("Static access tokens")
+struct StaticAccessTokenTests {
+    @Test func onlyABearerTokenAloneIsWellFormed() {
+        for token in [testToken, "abc", "A-b.c_d~e+f/g", "abc==", "sl.u.AbC123"] {
+            #expect(StaticAccessToken.isWellFormed(token), "\(token)")
+        }
+        for token in ["", "Bearer sl.abc", "sl.abc def", #"{"access_token":"sl.abc"}"#, "\"sl.abc\"", "a=b", "=", "é",
+                      "sl.abc\tdef", "sl.abc\u{7f}"] {
+            #expect(!StaticAccessToken.isWellFormed(token), "\(token.debugDescription)")
         }
     }
 }

@@ -183,7 +183,8 @@ def test_pkce_sign_in_writes_a_private_config(session, small_tree):
     query = urllib.parse.parse_qs(url.query)
     assert query["client_id"] == [APP_KEY] and query["code_challenge_method"] == ["S256"]
     assert query["token_access_type"] == ["offline"] and "client_secret" not in query
-    assert set(query["scope"][0].split()) == {"files.metadata.read", "files.content.read", "account_info.read"}
+    assert set(query["scope"][0].split()) == {"files.metadata.read", "files.content.read", "account_info.read",
+                                              "sharing.read"}
     assert "Signed in as Emulator User <emulator@example.com>" in result.stderr
     assert mode(s.config_path) == 0o600
     assert mode(s.config_path.parent) == 0o700
@@ -198,6 +199,41 @@ def test_pkce_sign_in_writes_a_private_config(session, small_tree):
     assert who.returncode == 0, who.stderr
     assert "Emulator User" in who.stdout and "emulator@example.com" in who.stdout
     assert re.search(r"space:\s+\d+ B used of 2\.0 TiB", who.stdout), who.stdout
+
+
+def publish_link(emulator, path: str) -> str:
+    request = urllib.request.Request(emulator.url + "/__admin/shared_links", data=json.dumps({"path": path}).encode(),
+                                     method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.load(answer)["url"]
+
+
+def test_a_signed_in_account_mounts_a_shared_link(session, small_tree):
+    # The token holds only the scopes the authorize URL asked for; link routes need sharing.read.
+    s = session(small_tree)
+    assert s.sign_in().returncode == 0
+    url = publish_link(s.emulator, "/docs")
+    mnt, process, log = s.mount("mnt", "--no-cache", url)
+    assert sorted(os.listdir(mnt)) == ["a.txt", "unread.txt"]
+    assert (mnt / "a.txt").read_bytes() == b"alpha\n"
+
+
+def test_a_token_without_a_routes_scope_fails_in_one_line(session, small_tree):
+    # The emulator answers 401 missing_scope as Dropbox does when the authorize URL left a scope out.
+    s = session(small_tree)
+    signed = s.sign_in(tamper=lambda url: url.replace("%20sharing.read", ""))
+    assert signed.returncode == 0, signed.stderr
+    url = publish_link(s.emulator, "/docs")
+    mnt = s.tmp / "mnt"
+    mnt.mkdir()
+    result = s.run("-f", "--no-cache", url, str(mnt), timeout=60)
+    assert result.returncode != 0
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "missing_scope" in result.stderr
+    assert not is_mounted(mnt)
+    # The same token still mounts the account: its other scopes are there.
+    mounted, process, log = s.mount("whole", "--no-cache")
+    assert (mounted / "top.txt").read_bytes() == b"top\n"
 
 
 def test_a_code_without_the_matching_verifier_is_refused(session, small_tree):

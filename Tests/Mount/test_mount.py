@@ -178,6 +178,25 @@ def test_bad_token_fails_with_a_clear_message(emulator, tmp_path):
     assert not is_mounted(mnt)
 
 
+@pytest.mark.parametrize("content", ["Bearer sl.SECRET-abc", '{"access_token": "sl.SECRET-abc", "refresh_token": "SECRET-r"}',
+                                     "sl.SECRET abc"])
+def test_a_token_file_holding_more_than_a_token_fails_without_printing_it(emulator, tmp_path, content):
+    # Dropbox quotes such an Authorization value back in its 400 answer; nothing is sent at all.
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    token_file = tmp_path / "token"
+    token_file.write_text(content + "\n")
+    env = dict(os.environ, DBX_API_URL=emulator.url, DBX_CONTENT_URL=emulator.url, DBX_NOTIFY_URL=emulator.url)
+    env.pop("DBX_ACCESS_TOKEN", None)
+    result = subprocess.run([str(DBX_MOUNT), "--token-file", str(token_file), str(mnt)], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"token file {token_file} does not hold an access token alone" in result.stderr
+    assert "SECRET" not in result.stderr
+    assert not is_mounted(mnt)
+
+
 def test_missing_mount_point_fails_with_a_clear_message(emulator, tmp_path):
     env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url)
     result = subprocess.run([str(DBX_MOUNT), str(tmp_path / "nope")], env=env, capture_output=True, text=True, timeout=60)

@@ -88,7 +88,9 @@ struct AuthCommand: ParsableCommand {
     @Flag(help: "Make this account the default.")
     var makeDefault = false
 
-    static let scopes = "account_info.read files.content.read files.metadata.read"
+    /// Every scope a route dbx-mount calls needs (docs/dropbox-api.md §1): `sharing.read` is for
+    /// mounting shared links.
+    static let scopes = "account_info.read files.content.read files.metadata.read sharing.read"
 
     mutating func run() throws {
         let environment = options.environment

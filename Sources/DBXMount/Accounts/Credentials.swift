@@ -29,11 +29,17 @@ struct Credentials {
             }
             let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
             guard !token.isEmpty else { throw .usage(UsageError("token file \(path) is empty")) }
+            guard StaticAccessToken.isWellFormed(token) else {
+                throw .usage(UsageError("token file \(path) does not hold an access token alone (it has spaces, quotes or other characters no token has)"))
+            }
             return Credentials(tokens: StaticAccessToken(token), remedy: "check the token in \(path)", accountName: nil,
                                identity: "token:" + Self.digest(token))
         }
         let environmentToken = environment["DBX_ACCESS_TOKEN"]?.trimmingCharacters(in: .whitespacesAndNewlines)
         if account == nil, let token = environmentToken, !token.isEmpty {
+            guard StaticAccessToken.isWellFormed(token) else {
+                throw .usage(UsageError("DBX_ACCESS_TOKEN does not hold an access token alone (it has spaces, quotes or other characters no token has)"))
+            }
             return Credentials(tokens: StaticAccessToken(token), remedy: "check DBX_ACCESS_TOKEN", accountName: nil,
                                identity: "token:" + Self.digest(token))
         }

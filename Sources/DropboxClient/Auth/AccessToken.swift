@@ -17,6 +17,24 @@ public struct StaticAccessToken: AccessTokenProvider, CustomStringConvertible, C
 
     public init(_ token: String) { self.token = token }
 
+    /// Whether `token` can be a bearer token at all: RFC 6750's `b64token` (letters, digits and
+    /// `-._~+/`, then `=` padding). Dropbox quotes a header value outside it in its 400 answer,
+    /// so a token file holding `Bearer sl.…` or a JSON blob is refused before anything is sent.
+    public static func isWellFormed(_ token: String) -> Bool {
+        var padding = false
+        for byte in token.utf8 {
+            switch byte {
+            case UInt8(ascii: "="): padding = true
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: "~"), UInt8(ascii: "+"), UInt8(ascii: "/"):
+                if padding { return false }
+            default: return false
+            }
+        }
+        return !token.isEmpty && token.first != "="
+    }
+
     public func accessToken() throws(DropboxError) -> String { token }
 
     /// Nothing to refresh: the client sees the same token and gives up with the 401.

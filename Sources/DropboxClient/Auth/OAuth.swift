@@ -116,7 +116,7 @@ extension OAuthTokenEndpoint {
                                             ("Content-Type", "application/json")],
                                   body: Array("null".utf8), timeout: timeout, maxResponseBytes: 64 << 10)
         let response = try transport.exchange(request)
-        guard response.status == 200 else { throw ErrorDecoding.error(for: response) }
+        guard response.status == 200 else { throw ErrorDecoding.error(for: response).redacting(accessToken) }
     }
 }
 

@@ -20,12 +20,25 @@ enum ErrorDecoding {
         }
     }
 
-    /// The body as text for an error message: lossy UTF-8, bounded.
+    /// The body as text for an error message: lossy UTF-8, bounded, and without an echoed
+    /// Authorization value.
     static func text(_ body: [UInt8]) -> String {
         let head = body.prefix(maxBodyText * 4)
-        var s = String(decoding: head, as: UTF8.self)
+        var s = withoutEchoedAuthorization(String(decoding: head, as: UTF8.self))
         if s.count > maxBodyText { s = String(s.prefix(maxBodyText)) + "…" }
         return s
+    }
+
+    /// Dropbox answers an Authorization header it cannot parse with a 400 that quotes the whole
+    /// value (`Invalid authorization value in HTTP header "Authorization": "Bearer …".  Expecting
+    /// "Bearer <oauth2-access-token>".`, docs/dropbox-api.md §3), token and all. The quoted value
+    /// becomes `<redacted>`; it may itself hold quotes, so it runs to the `Expecting` that follows.
+    static func withoutEchoedAuthorization(_ text: String) -> String {
+        guard let start = text.firstRange(of: #""Authorization": ""#)?.upperBound else { return text }
+        let rest = text[start...]
+        let end = rest.firstRange(of: #"". Expecting"#)?.lowerBound ?? rest.firstRange(of: #"".  Expecting"#)?.lowerBound
+            ?? text.endIndex
+        return String(text[..<start]) + "<redacted>" + String(text[end...])
     }
 
     /// The tag path of a nested union value: `{".tag":"path","path":{".tag":"not_found"}}` is
