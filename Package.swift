@@ -47,12 +47,14 @@ let package = Package(
         // CPartMemory below.
         .target(
             name: "DropboxFS",
-            dependencies: ["DropboxClient", "CPartMemory", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["DropboxClient", "DropboxCase", "CPartMemory", .product(name: "Logging", package: "swift-log")]
         ),
         // Two C functions for read-ahead buffers: the copy into them with streaming stores, which
         // Swift cannot emit, and the move of their pages with mremap, which it cannot call
         // (CPartMemory/StreamingCopy.c and MovePages.c say why they pay).
         .target(name: "CPartMemory"),
+        // How Dropbox lowercases paths: shared by the core's name index and the emulator's path_lower.
+        .target(name: "DropboxCase"),
         // The system SQLite (libsqlite3-dev), for MetadataCache only.
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", providers: [.apt(["libsqlite3-dev"])]),
         // The persistent cache: a mount's tree and cursor in SQLite, so a remount needs no full listing.
@@ -107,6 +109,7 @@ let package = Package(
             name: "DropboxEmulator",
             dependencies: [
                 "CGD",
+                "DropboxCase",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -128,7 +131,8 @@ let package = Package(
             dependencies: ["DropboxClient", "DropboxFS", .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport"
         ),
-        .testTarget(name: "DropboxFSTests", dependencies: ["DropboxFS", "DropboxClient", "TestSupport"]),
+        .testTarget(name: "DropboxFSTests", dependencies: ["DropboxFS", "DropboxClient", "DropboxCase", "TestSupport",
+                                                         .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DropboxClientTests",
                     dependencies: ["DropboxClient", "CurlTransport", "DropboxEmulator", "TestSupport"]),
         // The emulator's tests speak raw HTTP to it: they need no fake.

@@ -3,6 +3,7 @@
 // Everything here runs on the blocking thread pool, never on an event loop: it stats, opens and
 // hashes files.
 
+import DropboxCase
 import NIOCore
 import NIOHTTP1
 
@@ -169,7 +170,7 @@ final class Router: Sendable {
     /// The folder (lowercased components from the served root) that paths are relative to,
     /// chosen by `Dropbox-API-Path-Root`.
     func pathBase(_ request: EmulatorRequest, route: String) -> Result<[String], ReplyBox> {
-        let home: [String] = configuration.teamMode ? [configuration.teamHomeFolder.lowercased()] : []
+        let home: [String] = configuration.teamMode ? [configuration.teamHomeFolder.dropboxLowercased] : []
         guard let header = request.headers.first(name: "Dropbox-API-Path-Root") else { return .success(home) }
         guard let value = try? JSON.parse(header), let tag = value[".tag"]?.stringValue else {
             return .failure(ReplyBox(.badInput(route, "Invalid value for HTTP header \"Dropbox-API-Path-Root\": could not decode input as JSON")))
@@ -230,13 +231,13 @@ final class Router: Sendable {
     func resolve(_ path: String, base: [String]) -> Result<Target, ReplyBox> {
         func below(_ lower: [String], _ rest: [String]) -> Result<Target, ReplyBox> {
             if rest.contains(where: \.isEmpty) { return .failure(ReplyBox(.routeError(["path", "malformed_path"]))) }
-            let full = lower + rest.map { $0.lowercased() }
+            let full = lower + rest.map { $0.dropboxLowercased }
             if full.count == base.count, rest.isEmpty, full == base { return .success(.root) }
             guard let entry = index.lookup(lower: full) else { return .failure(ReplyBox(.routeError(["path", "not_found"]))) }
             return .success(.entry(entry))
         }
         func within(_ entry: EntrySnapshot) -> Bool {
-            entry.components.count > base.count && Array(entry.components.prefix(base.count).map { $0.lowercased() }) == base
+            entry.components.count > base.count && Array(entry.components.prefix(base.count).map { $0.dropboxLowercased }) == base
         }
         if path.isEmpty {
             if !base.isEmpty, index.lookup(lower: base) == nil { return .failure(ReplyBox(.routeError(["path", "not_found"]))) }
@@ -260,12 +261,12 @@ final class Router: Sendable {
             }
             if parts.count == 1 { return .success(.entry(entry)) }
             guard entry.kind == .folder else { return .failure(ReplyBox(.routeError(["path", "not_folder"]))) }
-            return below(entry.components.map { $0.lowercased() }, parts[1].split(separator: "/", omittingEmptySubsequences: false).map(String.init))
+            return below(entry.components.map { $0.dropboxLowercased }, parts[1].split(separator: "/", omittingEmptySubsequences: false).map(String.init))
         }
         if path.hasPrefix("ns:") {
             let parts = path.dropFirst(3).split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
             let ns = String(parts[0])
-            let home: [String] = configuration.teamMode ? [configuration.teamHomeFolder.lowercased()] : []
+            let home: [String] = configuration.teamMode ? [configuration.teamHomeFolder.dropboxLowercased] : []
             let nsBase: [String]
             if ns == rootNamespace { nsBase = [] } else if ns == Router.homeNamespace { nsBase = home } else {
                 return .failure(ReplyBox(.routeError(["path", "not_found"])))
@@ -301,7 +302,7 @@ final class Router: Sendable {
         let rel = e.components.dropFirst(base)
         let display = "/" + rel.joined(separator: "/")
         func paths() -> [(String, JSON)] {
-            withPaths ? [("path_lower", .string(display.lowercased())), ("path_display", .string(display))] : []
+            withPaths ? [("path_lower", .string(display.dropboxLowercased)), ("path_display", .string(display))] : []
         }
         var pairs: [(String, JSON)] = []
         switch e.kind {
@@ -366,4 +367,9 @@ extension StringProtocol {
         return String(s)
     }
     var trimmingSpaces: String { trimmingCharacters(in: " \t\r\n") }
+}
+
+extension StringProtocol {
+    /// Lowercased as Dropbox makes `path_lower` (`DropboxCase`), for every path and name key.
+    var dropboxLowercased: String { DropboxCase.lowercased(self) }
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, TOKEN, Mount, assert_same_bytes, file_listing, is_mounted, mount_entry, run
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, assert_same_bytes, file_listing, is_mounted, mount_entry, run
 
 
 def test_diff_r_shows_no_difference(served, shared_mount):
@@ -163,6 +163,32 @@ def test_case_insensitive_option(mount):
     folded = mount("-o", "case_insensitive")
     assert (folded / "NAMES" / "upper LOWER.txt").read_bytes() == b"UPPER lower.TXT\n"
     assert "UPPER lower.TXT" in os.listdir(folded / "names")
+
+
+def test_names_compare_as_dropbox_lowercases_them(tmp_path):
+    # Dropbox lowercases with Unicode 4.1's one-to-one mappings: İ is i, and ẞ (Unicode 5.1) is
+    # not ß, so both files are there. The mounted folder is named in another case.
+    served = tmp_path / "served"
+    (served / "\u0130zmir \u0130\u015f").mkdir(parents=True)
+    (served / "\u0130zmir \u0130\u015f" / "plan.txt").write_bytes(b"plan\n")
+    (served / "\u1e9ex.txt").write_bytes(b"capital sharp s\n")
+    (served / "\u00dfx.txt").write_bytes(b"sharp s\n")
+    emulator = Emulator(served)
+    mounts = []
+    try:
+        mounts.append(Mount(emulator, tmp_path / "whole", "--no-cache"))
+        whole = mounts[-1].mountpoint
+        assert sorted(os.listdir(whole)) == sorted(os.listdir(served))
+        assert (whole / "\u1e9ex.txt").read_bytes() == b"capital sharp s\n"
+        assert (whole / "\u00dfx.txt").read_bytes() == b"sharp s\n"
+        mounts.append(Mount(emulator, tmp_path / "sub", "--no-cache", "/izmir i\u015f"))
+        sub = mounts[-1].mountpoint
+        assert os.listdir(sub) == ["plan.txt"]
+        assert (sub / "plan.txt").read_bytes() == b"plan\n"
+    finally:
+        for m in mounts:
+            m.unmount()
+        emulator.stop()
 
 
 def test_bad_token_fails_with_a_clear_message(emulator, tmp_path):

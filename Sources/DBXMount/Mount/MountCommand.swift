@@ -264,8 +264,15 @@ struct MountCommand: ParsableCommand {
             let checkingClient = DropboxHTTPClient(endpoints: endpoints, tokens: credentials.tokens, transport: transport,
                                                    pathRoot: pathRoot)
             do {
-                guard case .folder = try checkingClient.metadata(path: source) else {
+                guard case .folder(let folder) = try checkingClient.metadata(path: source) else {
                     fail("\(source) is not a folder in Dropbox", code: 1)
+                }
+                // Entries are placed by their path_lower below the mounted folder's, so the mounted
+                // path is taken as Dropbox spells it: SOURCE typed in another case, or another
+                // Unicode normalization, would otherwise match none of them.
+                if let display = folder.pathDisplay, display.hasPrefix("/"),
+                   display.split(separator: "/").count == source.split(separator: "/").count {
+                    filesystemOptions.rootPath = display
                 }
             } catch {
                 if error.isRoute("path", "not_found") { fail("\(source): no such folder in Dropbox", code: 1) }

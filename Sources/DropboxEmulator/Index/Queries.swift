@@ -163,7 +163,7 @@ extension FileIndex {
             var out = entry
             let path = realPath(entry.components)
             out.contentHash = ContentHash.hex(ofFileAt: path) ?? ContentHash.hex(of: [UInt8]())
-            let lower = entry.components.map { $0.lowercased() }
+            let lower = entry.components.map { $0.dropboxLowercased }
             let hash = out.contentHash
             state.withLock { state in
                 if let node = FileIndex.node(at: lower, in: state), !node.isDirectory,

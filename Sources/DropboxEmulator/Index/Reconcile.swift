@@ -63,7 +63,7 @@ extension FileIndex {
         func walk(_ node: Node, realPath: String) {
             var seen = Set<String>()
             for entry in listDirectory(realPath) {
-                seen.insert(entry.name.lowercased())
+                seen.insert(entry.name.dropboxLowercased)
                 reconcile(components: node.components + [entry.name], contentChanged: false, rootPath: rootPath, inotifyFD: inotifyFD, state: &state)
             }
             for (key, child) in node.children where !seen.contains(key) {
@@ -81,10 +81,10 @@ extension FileIndex {
         guard let name = components.last else { return }
         var parent = state.root
         for c in components.dropLast() {
-            guard let next = parent.children[c.lowercased()], next.isDirectory, next.name == c else { return }
+            guard let next = parent.children[c.dropboxLowercased], next.isDirectory, next.name == c else { return }
             parent = next
         }
-        let key = name.lowercased()
+        let key = name.dropboxLowercased
         let realPath = rootPath + "/" + components.joined(separator: "/")
         var st = stat()
         let exists = lstat(realPath, &st) == 0
@@ -145,9 +145,9 @@ extension FileIndex {
         let isDir = st.st_mode & S_IFMT == S_IFDIR
         let node = Node(name: name, isDirectory: isDir, parent: parent)
         fill(node, from: st)
-        let pathLower = "/" + node.components.joined(separator: "/").lowercased()
+        let pathLower = "/" + node.components.joined(separator: "/").dropboxLowercased
         node.id = makeID(pathLower: pathLower, incarnation: state.incarnations[pathLower, default: 0])
-        parent.children[name.lowercased()] = node
+        parent.children[name.dropboxLowercased] = node
         parent.invalidateOrder()
         state.byID[node.id] = node
         if !isDir { state.byRev[node.rev] = node }
@@ -161,12 +161,12 @@ extension FileIndex {
 
     static func remove(_ node: Node, state: inout State) {
         guard let parent = node.parent else { return }
-        parent.children[node.name.lowercased()] = nil
+        parent.children[node.name.dropboxLowercased] = nil
         parent.invalidateOrder()
         // Children of a removed folder are implied by its own `deleted` entry, as on Dropbox.
         journal(node, state: &state)
         func forget(_ n: Node) {
-            let lower = "/" + n.components.joined(separator: "/").lowercased()
+            let lower = "/" + n.components.joined(separator: "/").dropboxLowercased
             state.incarnations[lower, default: 0] += 1
             if state.byID[n.id] === n { state.byID[n.id] = nil }
             if !n.isDirectory, state.byRev[n.rev] === n { state.byRev[n.rev] = nil }
@@ -178,7 +178,7 @@ extension FileIndex {
 
     static func journal(_ node: Node, state: inout State) {
         let components = node.components
-        let pathLower = "/" + components.joined(separator: "/").lowercased()
+        let pathLower = "/" + components.joined(separator: "/").dropboxLowercased
         state.seq += 1
         // Coalesce a burst of writes to one file into one entry (a 1 GiB copy is thousands of
         // IN_MODIFY events); moving the seq forward keeps every older cursor seeing it.
@@ -235,7 +235,7 @@ extension FileIndex {
 
     static func scanChildren(of node: Node, realPath: String, inotifyFD: Int32, state: inout State, journal doJournal: Bool) {
         for entry in listDirectory(realPath) {
-            let key = entry.name.lowercased()
+            let key = entry.name.dropboxLowercased
             if node.children[key] != nil { continue }
             if doJournal {
                 add(name: entry.name, st: entry.st, parent: node, realPath: realPath + "/" + entry.name, inotifyFD: inotifyFD, state: &state)
@@ -244,7 +244,7 @@ extension FileIndex {
             let isDir = entry.st.st_mode & S_IFMT == S_IFDIR
             let child = Node(name: entry.name, isDirectory: isDir, parent: node)
             fill(child, from: entry.st)
-            child.id = makeID(pathLower: "/" + child.components.joined(separator: "/").lowercased(), incarnation: 0)
+            child.id = makeID(pathLower: "/" + child.components.joined(separator: "/").dropboxLowercased, incarnation: 0)
             node.children[key] = child
             state.byID[child.id] = child
             if !isDir { state.byRev[child.rev] = child }

@@ -106,7 +106,7 @@ extension Router {
             case .root: folder = base
             case .entry(let e):
                 guard e.kind == .folder else { return .routeError(["path", "not_folder"]) }
-                folder = e.components.map { $0.lowercased() }
+                folder = e.components.map { $0.dropboxLowercased }
                 // Dropbox starts a recursive listing of a folder other than the root with that
                 // folder's own entry (docs/dropbox-api.md §1); clients must skip it.
                 if recursive { itself = e }

@@ -24,7 +24,7 @@ extension Router {
             case .failure(let failure):
                 if includeDeleted, path.hasPrefix("/"), case .json(.conflict, _, _) = failure.reply {
                     let rel = path.dropFirst().split(separator: "/").map(String.init)
-                    if let name = rel.last, index.wasDeleted(lower: (base + rel.map { $0.lowercased() })) {
+                    if let name = rel.last, index.wasDeleted(lower: (base + rel.map { $0.dropboxLowercased })) {
                         let real = (base.isEmpty ? [] : [configuration.teamHomeFolder]) + rel
                         return .json(metadata(EntrySnapshot(kind: .deleted, name: name, components: real), base: base.count))
                     }

@@ -48,7 +48,7 @@ final class SharedLinkRegistry: Sendable {
     /// password and expiry and keeps the URL.
     func publish(path: String, password: String?, expires: Int?, index: FileIndex) throws(Problem) -> String {
         index.drain()   // a path made just before is publishable
-        let lower = path.split(separator: "/").map { $0.lowercased() }
+        let lower = path.split(separator: "/").map { $0.dropboxLowercased }
         let isFolder: Bool
         if lower.isEmpty { isFolder = true } else {
             guard let entry = index.lookup(lower: lower), entry.kind != .deleted else { throw .noSuchEntry(path) }
@@ -122,7 +122,7 @@ extension Router {
             guard path.hasPrefix("/"), !rest.contains(where: \.isEmpty) else {
                 return .failure(ReplyBox(.routeError(["shared_link_not_found"])))
             }
-            lower += rest.map { $0.lowercased() }
+            lower += rest.map { $0.dropboxLowercased }
         }
         if lower.isEmpty { return .success(LinkTarget(link: link, entry: nil, lower: [], isFolder: true)) }
         guard let entry = index.lookup(lower: lower), entry.kind != .deleted else {

@@ -19,6 +19,8 @@
 //   those from their children at the end of a batch: once per batch, where recomputing at each
 //   removal would pass over a large folder once for each of its files deleted.
 
+import DropboxCase
+
 struct Slot: Hashable, Comparable {
     var index: UInt32
     static let root = Slot(index: 0)
@@ -583,7 +585,7 @@ struct Tree {
     }
 }
 
-/// A name folded the way lookups compare it: lowercased, as Dropbox compares paths.
+/// A name folded the way lookups compare it: lowercased as Dropbox lowercases paths.
 struct FoldedName: Equatable {
     let bytes: [UInt8]
     let hash: UInt32
@@ -596,7 +598,7 @@ struct FoldedName: Equatable {
             if byte >= 0x80 { ascii = false; break }
             folded.append(byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte)
         }
-        if !ascii { folded = Array(name.lowercased().utf8) }
+        if !ascii { folded = Array(DropboxCase.lowercased(name).utf8) }
         bytes = folded
         // FNV-1a: cheap, and good enough behind the index's own mixing.
         var h: UInt32 = 2_166_136_261
