@@ -64,7 +64,9 @@ public struct RetryPolicy: Sendable {
         case .rateLimited(let retryAfter):
             // A little jitter on top, never below what the server asked.
             wait = Double(retryAfter) * Double.random(in: 1.0...1.1)
-        case .server, .transport:
+        case .server, .transport, .route(["retry_error"], _):
+            // `retry_error` is files/export's "not yet available, please retry later" (spec
+            // `ExportError`): a document just made is exported a moment later.
             let exponential = min(maxDelay, baseDelay * Double(1 << min(attempt - 1, 20)))
             wait = exponential * Double.random(in: 0.5...1.0)
         case .route, .auth, .badInput, .unexpectedStatus, .malformedResponse, .stopped:

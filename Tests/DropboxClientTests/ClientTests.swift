@@ -293,6 +293,9 @@ struct RetryTests {
         let p = RetryPolicy(maxAttempts: 3, baseDelay: 1, maxDelay: 3, callDeadline: 100, sleep: { _ in })
         #expect(p.delay(after: .server(status: 502, body: ""), attempt: 3, remaining: 100) == nil)
         #expect(p.delay(after: .route(tags: ["reset"], summary: ""), attempt: 1, remaining: 100) == nil)
+        // files/export's "not yet available, please retry later" is retried; other export errors are answers.
+        #expect(p.delay(after: .route(tags: ["retry_error"], summary: ""), attempt: 1, remaining: 100) != nil)
+        #expect(p.delay(after: .route(tags: ["non_exportable"], summary: ""), attempt: 1, remaining: 100) == nil)
         #expect(p.delay(after: .malformedResponse("x"), attempt: 1, remaining: 100) == nil)
         #expect(p.delay(after: .server(status: 502, body: ""), attempt: 1, remaining: 0.1) == nil)
         let capped = p.delay(after: .server(status: 502, body: ""), attempt: 2, remaining: 100) ?? -1

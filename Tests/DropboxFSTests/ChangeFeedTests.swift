@@ -247,6 +247,33 @@ struct ChangeFeedTests {
         #expect(dropbox.counters.listContinue > before.listContinue, "caught up with continue")
     }
 
+    @Test func aDeletedDocumentTakesItsExportAwayWhateverItsFormatAlsoAfterARemount() throws {
+        // A deleted entry names the document ("Budget.gdoc"), never the export the mount shows.
+        dropbox.addFile("/Budget.gsheet", [1], downloadable: false, exportAs: "xlsx")
+        dropbox.addFile("/Budget.gdoc", [2], downloadable: false, exportAs: "docx")
+        dropbox.addFile("/Notes.paper", [3], downloadable: false, exportAs: "markdown")
+        dropbox.addFile("/Notes.html", [4])
+        let store = InMemoryStore()
+        let first = makeFS(store: store)
+        try startLive(first)
+        #expect(try names(first, .root).sorted() == ["Budget.docx", "Budget.xlsx", "Notes.html", "Notes.md"])
+        dropbox.remove("/Budget.gdoc")
+        #expect(eventually { (try? names(first, .root).sorted()) == ["Budget.xlsx", "Notes.html", "Notes.md"] })
+        first.stopChangeFeed()
+        first.persist()
+        #expect(eventually { store.load()?.entries.count == 3 })
+
+        // From the saved tree, which keeps each export's document name.
+        dropbox.remove("/Budget.gsheet")
+        let second = makeFS(store: store)
+        defer { second.stopChangeFeed() }
+        second.startChangeFeed()
+        #expect(eventually { (try? names(second, .root).sorted()) == ["Notes.html", "Notes.md"] })
+        dropbox.remove("/Notes.paper")
+        #expect(eventually { (try? names(second, .root).sorted()) == ["Notes.html"] })
+        #expect(dropbox.counters.recursiveListFolder == 1, "the second mount caught up with continue only")
+    }
+
     @Test func anIdleFeedNeverRewritesTheSavedTree() throws {
         dropbox.addFile("/a.txt", [1])
         let store = InMemoryStore()

@@ -37,6 +37,9 @@ struct SQLiteMetadataStoreTests {
         file("/it's \"quoted\" % _ \\ back.md", size: 0, hash: ""),
         file("/huge.bin", size: UInt64.max),
         folder("/Пустая папка"),
+        PersistedEntry(path: "/Budget.xlsx", file: PersistedFile(size: 0, modified: 1_650_000_000, id: "id:b", rev: "015f0b",
+                                                                 contentHash: nil, isExport: true,
+                                                                 exportedFrom: "Budget.gsheet")),
     ])
 
     @Test func nothingSavedLoadsNil() throws {

@@ -13,6 +13,7 @@ public final class FakeDropbox: DropboxAPI {
         public var rev: String = "0123456789"
         public var modified: Int64 = 1_700_000_000
         public var downloadable = true
+        public var exportAs = "html"
     }
 
     public struct Counters: Equatable {
@@ -145,11 +146,14 @@ public final class FakeDropbox: DropboxAPI {
     }
 
     /// Adds or replaces a file; every write gets a new rev, as Dropbox gives.
-    public func addFile(_ path: String, _ content: [UInt8], modified: Int64 = 1_700_000_000, downloadable: Bool = true) {
+    /// A file that is not `downloadable` is a document Dropbox exports as `exportAs`.
+    public func addFile(_ path: String, _ content: [UInt8], modified: Int64 = 1_700_000_000, downloadable: Bool = true,
+                        exportAs: String = "html") {
         contents.withLock { c in
             c.revCounter += 1
-            let item = Item(displayPath: path, isFolder: false, content: content,
+            var item = Item(displayPath: path, isFolder: false, content: content,
                             rev: String(c.revCounter, radix: 16), modified: modified, downloadable: downloadable)
+            item.exportAs = exportAs
             c.items[path.lowercased()] = item
             c.journal.append(metadata(item))
         }
@@ -179,7 +183,7 @@ public final class FakeDropbox: DropboxAPI {
                                   clientModified: item.modified, serverModified: item.modified, rev: item.rev,
                                   size: UInt64(item.content.count), isDownloadable: item.downloadable,
                                   contentHash: String(repeating: "a", count: 64),
-                                  exportAs: item.downloadable ? nil : "html"))
+                                  exportAs: item.downloadable ? nil : item.exportAs))
     }
 
     private func checkFailure() throws(DropboxError) {

@@ -43,6 +43,10 @@ struct FileDetails: Equatable {
     var contentHash: String?
     /// A document Dropbox cannot download: shown under its export name, read through `files/export`.
     var isExport = false
+    /// For an export, the document's own name ("Budget.gsheet" shown as "Budget.xlsx"): a deleted
+    /// entry names the document, not its export. Kept where a file keeps its content hash, which
+    /// an export has none of.
+    var exportedFrom: String?
 }
 
 struct Tree {
@@ -102,6 +106,9 @@ struct Tree {
     private var staleFolders: [Slot] = []
     /// Folders whose time changed since the last `settleFolderTimes()`, each once (`Flag.retimed`).
     private var retimedFolders: [Slot] = []
+    /// The extensions exports have been shown with ("html", "md", "xlsx", ...): the names a
+    /// deleted document's export may have.
+    private(set) var exportExtensions: Set<String> = []
 
     init() {
         var root = Record(parent: 0, nameOffset: 0, nameLength: 0, flags: Flag.directory | Flag.alive, foldedHash: 0)
@@ -152,8 +159,10 @@ struct Tree {
         let id = readString(&offset)
         let rev = readString(&offset)
         let hash = readString(&offset)
-        return FileDetails(size: r.size, modified: r.modified, id: id, rev: rev, contentHash: hash.isEmpty ? nil : hash,
-                           isExport: r.flags & Flag.export != 0)
+        let isExport = r.flags & Flag.export != 0
+        return FileDetails(size: r.size, modified: r.modified, id: id, rev: rev,
+                           contentHash: isExport || hash.isEmpty ? nil : hash, isExport: isExport,
+                           exportedFrom: isExport && !hash.isEmpty ? hash : nil)
     }
 
     /// The child of `parent` whose name folds to the same key as `name`.
@@ -455,18 +464,25 @@ struct Tree {
             bytes.append(contentsOf: utf8)
         }
         // A content hash is 64 hex digits; kept as its 32 bytes it costs half (issue 5's memory target).
-        if let hash = details.contentHash, let raw = Self.rawHash(hash) {
+        if !details.isExport, let hash = details.contentHash, let raw = Self.rawHash(hash) {
             bytes.append(Self.rawHashMarker)
             bytes.append(contentsOf: raw)
         } else {
-            let utf8 = Array((details.contentHash ?? "").utf8.prefix(Int(Self.rawHashMarker) - 1))
+            let text = details.isExport ? details.exportedFrom : details.contentHash
+            let utf8 = Array((text ?? "").utf8.prefix(Int(Self.rawHashMarker) - 1))
             bytes.append(UInt8(utf8.count))
             bytes.append(contentsOf: utf8)
         }
         records[Int(slot.index)].detailsOffset = append(bytes).offset
         records[Int(slot.index)].size = details.size
         records[Int(slot.index)].modified = details.modified
-        if details.isExport { records[Int(slot.index)].flags |= Flag.export } else { records[Int(slot.index)].flags &= ~Flag.export }
+        if details.isExport {
+            records[Int(slot.index)].flags |= Flag.export
+            let name = self.name(slot)
+            if let dot = name.lastIndex(of: ".") { exportExtensions.insert(String(name[name.index(after: dot)...])) }
+        } else {
+            records[Int(slot.index)].flags &= ~Flag.export
+        }
     }
 
     private func detailsLength(_ slot: Slot) -> Int {

@@ -91,13 +91,20 @@ struct TreeUpdate {
                 if let key = parentKey { lastParent = (key, found) }
             }
             if case .deleted = entry {
-                // A deleted document was shown under its export name; deleted entries do not say
-                // which documents were exports, so try those names too.
-                let candidates = [leaf] + ExportName.formats.map { ExportName.visibleName(leaf, exportAs: $0) }
-                var found: Slot?
-                for name in candidates {
-                    guard let slot = tree.child(of: parent, folded: FoldedName(name)) else { continue }
-                    if name == leaf || tree.details(slot)?.isExport == true { found = slot; break }
+                // A deleted document was shown under its export name, which the deleted entry does
+                // not give: try its name with each extension exports have had, and take only the
+                // export made from this document (deleting "Budget.gdoc" must not take the export
+                // "Budget.xlsx" of "Budget.gsheet").
+                let leafFolded = FoldedName(leaf)
+                var found = tree.child(of: parent, folded: leafFolded)
+                if found == nil {
+                    for ext in tree.exportExtensions.sorted() {
+                        guard let slot = tree.child(of: parent, folded: FoldedName(ExportName.visibleName(leaf, exportAs: ext))),
+                              let details = tree.details(slot), details.isExport,
+                              details.exportedFrom.map({ FoldedName($0) == leafFolded }) ?? true else { continue }
+                        found = slot
+                        break
+                    }
                 }
                 if let gone = found {
                     if notify {
@@ -155,7 +162,7 @@ struct TreeUpdate {
                 let visible = ExportName.visibleName(name, exportAs: format)
                 guard EntryName.isValid(visible) else { return nil }
                 return (visible, FileDetails(size: f.size, modified: f.clientModified, id: f.id, rev: f.rev,
-                                             contentHash: nil, isExport: true))
+                                             contentHash: nil, isExport: true, exportedFrom: name))
             }
             return (name, FileDetails(size: f.size, modified: f.clientModified, id: f.id, rev: f.rev,
                                       contentHash: f.contentHash))

@@ -16,10 +16,13 @@ public struct PersistedFile: Sendable, Equatable {
     public var contentHash: String?
     /// A document Dropbox cannot download, shown and read as its export (`files/export`).
     public var isExport: Bool
+    /// For an export, the document's own name, which a deletion gives.
+    public var exportedFrom: String?
 
-    public init(size: UInt64, modified: Int64, id: String, rev: String, contentHash: String?, isExport: Bool = false) {
+    public init(size: UInt64, modified: Int64, id: String, rev: String, contentHash: String?, isExport: Bool = false,
+                exportedFrom: String? = nil) {
         self.size = size; self.modified = modified; self.id = id; self.rev = rev; self.contentHash = contentHash
-        self.isExport = isExport
+        self.isExport = isExport; self.exportedFrom = exportedFrom
     }
 }
 

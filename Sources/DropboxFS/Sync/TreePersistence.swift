@@ -36,7 +36,7 @@ extension DropboxFilesystem {
             let path = tree.components(slot).map { "/" + $0 }.joined()
             let file = tree.details(slot).map {
                 PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash,
-                              isExport: $0.isExport)
+                              isExport: $0.isExport, exportedFrom: $0.exportedFrom)
             }
             entries.append(PersistedEntry(path: path, file: file))
         }
@@ -50,9 +50,10 @@ extension DropboxFilesystem {
         guard let file = entry.file else {
             return .folder(FolderMetadata(name: name, id: "", pathLower: display.lowercased(), pathDisplay: display))
         }
-        // An export was saved under its visible name, whose extension names its format.
+        // An export was saved under its visible name, whose extension names its format, and with
+        // the document's own name, under which the tree keeps it as Dropbox lists it.
         let exportAs = file.isExport ? String(name.split(separator: ".").last ?? "html") : nil
-        return .file(FileMetadata(name: name, id: file.id, pathLower: display.lowercased(), pathDisplay: display,
+        return .file(FileMetadata(name: file.isExport ? file.exportedFrom ?? name : name, id: file.id, pathLower: display.lowercased(), pathDisplay: display,
                                   clientModified: file.modified, serverModified: file.modified, rev: file.rev,
                                   size: file.size, isDownloadable: !file.isExport, contentHash: file.contentHash,
                                   exportAs: exportAs))
