@@ -18,12 +18,16 @@ struct CaseFoldTests {
             ("\u{13A0}", "\u{13A0}"),                  // Cherokee: its small letters came in 8.0
             ("\u{1C90}", "\u{1C90}"),                  // Georgian Mtavruli: 11.0
             ("ß", "ß"), ("日本語", "日本語"),
+            // Composed as Dropbox composes path_lower: a name written decomposed folds as its NFC.
+            ("Cafe\u{301}", "caf\u{E9}"), ("E\u{301}", "\u{E9}"), ("\u{1100}\u{1161}", "\u{AC00}"),
+            ("\u{30AB}\u{3099}", "\u{30AC}"),
         ]
         for (name, expected) in cases {
             #expect(DropboxCase.lowercased(name) == expected, "\(name.debugDescription)")
         }
         #expect(FoldedName("\u{130}X") == FoldedName("ix"))
         #expect(FoldedName("\u{1E9E}x") != FoldedName("ßx"))
+        #expect(FoldedName("Caf\u{E9}") == FoldedName("cafe\u{301}"))
     }
 
     private func folder(_ display: String) -> Metadata {

@@ -173,6 +173,9 @@ def test_names_compare_as_dropbox_lowercases_them(tmp_path):
     (served / "\u0130zmir \u0130\u015f" / "plan.txt").write_bytes(b"plan\n")
     (served / "\u1e9ex.txt").write_bytes(b"capital sharp s\n")
     (served / "\u00dfx.txt").write_bytes(b"sharp s\n")
+    # Written decomposed, as macOS writes names; Dropbox's path_lower is composed (NFC).
+    (served / "Cafe\u0301 Me\u0301mo").mkdir()
+    (served / "Cafe\u0301 Me\u0301mo" / "menu.txt").write_bytes(b"menu\n")
     emulator = Emulator(served)
     mounts = []
     try:
@@ -185,6 +188,11 @@ def test_names_compare_as_dropbox_lowercases_them(tmp_path):
         sub = mounts[-1].mountpoint
         assert os.listdir(sub) == ["plan.txt"]
         assert (sub / "plan.txt").read_bytes() == b"plan\n"
+        # Named composed and in lower case, the decomposed folder still shows what it holds.
+        mounts.append(Mount(emulator, tmp_path / "composed", "--no-cache", "/caf\u00e9 m\u00e9mo"))
+        composed = mounts[-1].mountpoint
+        assert os.listdir(composed) == ["menu.txt"]
+        assert (composed / "menu.txt").read_bytes() == b"menu\n"
     finally:
         for m in mounts:
             m.unmount()
