@@ -2,7 +2,7 @@
 struct State {
     var tree = Tree()
     var fileHandles: [FileHandleID: OpenFile] = [:]
-    var directoryHandles: [FileHandleID: [(name: String, slot: Slot)]] = [:]
+    var directoryHandles: [FileHandleID: OpenDirectory] = [:]
     var nextHandle: UInt64 = 1
     var statistics: (FilesystemStatistics, Double)?
     var feed = FeedStatus()
@@ -24,4 +24,11 @@ struct State {
         fileHandles[handle] = file
         return handle
     }
+}
+
+/// An open folder: its entries as a reader reading from the start found them (`.` and `..` first).
+struct OpenDirectory {
+    let folder: Slot
+    /// Taken at the first read from offset 0, and again at each one after (`rewinddir`).
+    var entries: [(name: String, slot: Slot)]?
 }

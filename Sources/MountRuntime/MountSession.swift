@@ -77,11 +77,13 @@ public final class MountSession {
         mount.stopControl()
         mount.filesystem.stopChangeFeed()
         mount.filesystem.stopReading()
-        mount.filesystem.persist()   // the next mount starts from this tree and catches up
         mount.invalidator.withLock { $0 }?.stop()
         SignalPipe.uninstall()
         fuse_remove_signal_handlers(session)
+        // Unmounted before the save: nobody reads /dev/fuse any more, so until the mount point is
+        // released every access to it would wait (a large tree takes seconds to save).
         if mounted { fuse_session_unmount(session) }
+        mount.filesystem.persist()   // the next mount starts from this tree and catches up
         fuse_session_destroy(session)
         context.release()
     }

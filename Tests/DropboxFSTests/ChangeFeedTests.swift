@@ -247,6 +247,26 @@ struct ChangeFeedTests {
         #expect(dropbox.counters.listContinue > before.listContinue, "caught up with continue")
     }
 
+    @Test func aFolderReadFromTheStartShowsChangesMadeSinceItWasOpened() throws {
+        // The kernel caches what a read from offset 0 returns until an invalidation; a change that
+        // landed (and was invalidated) between opendir and that read must be in it.
+        dropbox.addFile("/a.txt", [1])
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let handle = try fs.openDirectory(.root)
+        defer { fs.releaseDirectory(handle) }
+        dropbox.addFile("/b.txt", [2])
+        #expect(eventually { (try? resolve(fs, "b.txt")) != nil })
+        #expect(try fs.readDirectory(handle, from: 2).map(\.name) == ["a.txt", "b.txt"])
+        // Read on from where it was, the snapshot holds; from the start again (rewinddir), it is
+        // taken anew.
+        dropbox.addFile("/c.txt", [3])
+        #expect(eventually { (try? resolve(fs, "c.txt")) != nil })
+        #expect(try fs.readDirectory(handle, from: 3).map(\.name) == ["b.txt"])
+        #expect(try fs.readDirectory(handle, from: 0).map(\.name) == [".", "..", "a.txt", "b.txt", "c.txt"])
+    }
+
     @Test func aDeletedDocumentTakesItsExportAwayWhateverItsFormatAlsoAfterARemount() throws {
         // A deleted entry names the document ("Budget.gdoc"), never the export the mount shows.
         dropbox.addFile("/Budget.gsheet", [1], downloadable: false, exportAs: "xlsx")

@@ -295,6 +295,20 @@ struct DropboxFSTests {
         #expect(dropbox.counters.spaceUsage == 1)
     }
 
+    @Test func statisticsOutliveAFailingDropbox() throws {
+        dropbox.fail(with: .transport(code: 7, message: "connection refused"))
+        let fs = makeFS()
+        let before = try fs.statistics()
+        #expect(before.usedBytes == 0 && before.allocatedBytes == 0, "no figures yet: zeros, not an error for df")
+        dropbox.fail(with: nil)
+        clock.advance(by: 61)
+        #expect(try fs.statistics().usedBytes == 1 << 30)
+        dropbox.fail(with: .server(status: 503, body: ""))
+        clock.advance(by: 61)
+        let stale = try fs.statistics()
+        #expect(stale.usedBytes == 1 << 30 && stale.allocatedBytes == 2 << 30, "the last figures stand")
+    }
+
     @Test func dropboxFailuresBecomeFilesystemErrors() throws {
         let fs = makeFS()
         dropbox.fail(with: .auth(tag: "invalid_access_token", summary: "invalid_access_token/"))

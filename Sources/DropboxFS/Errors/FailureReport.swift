@@ -62,7 +62,7 @@ extension DropboxFilesystem {
         state.withLock { state -> String? in
             var slot = inode.flatMap(Slot.init)
             if slot == nil, let handle {
-                slot = state.fileHandles[handle]?.slot ?? state.directoryHandles[handle]?.first?.slot
+                slot = state.fileHandles[handle]?.slot ?? state.directoryHandles[handle]?.folder
             }
             guard let slot, state.tree.isAlive(slot) else { return nil }
             var components = state.tree.components(slot)

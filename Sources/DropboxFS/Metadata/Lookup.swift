@@ -100,7 +100,7 @@ extension DropboxFilesystem {
 
     // MARK: - Directories
 
-    /// Snapshots the folder's entries (with `.` and `..` first) into a handle for `readDirectory`.
+    /// A handle for `readDirectory`, once the folder's listing is fresh.
     public func openDirectory(_ inode: InodeNumber) throws(FSError) -> FileHandleID {
         try reporting(.opendir, inode: inode) { () throws(FSError) -> FileHandleID in
             guard let folder = Slot(inode) else { throw .notFound }
@@ -112,9 +112,7 @@ extension DropboxFilesystem {
                     let tree = state.tree
                     guard tree.isAlive(folder) else { throw .notFound }
                     guard tree.isDirectory(folder) else { throw .notADirectory }
-                    var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
-                    for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
-                    state.directoryHandles[handle] = entries
+                    state.directoryHandles[handle] = OpenDirectory(folder: folder)
                     state.feed.foldersOpenedDuringFill?.insert(folder)
                     return thumbnailer == nil ? [] : tree.children(of: folder).compactMap { thumbnailTarget($0, in: tree) }
                 }
@@ -138,7 +136,14 @@ extension DropboxFilesystem {
 
     /// Entries of an open directory from `offset` (an index into the snapshot) on, with attributes
     /// as they are now: readdirplus hands them to the kernel, which must not get older ones than a
-    /// getattr answered in between. An entry removed since opendir is left out.
+    /// getattr answered in between. An entry removed since the snapshot is left out.
+    ///
+    /// The snapshot is taken at a read from offset 0, not at opendir: the kernel caches a folder's
+    /// listing (`cache_readdir`) from the replies to a read that starts at 0, and keeps it until
+    /// an invalidation. A change between opendir and that read (a file manager's opendir waits
+    /// for thumbnails) has had its invalidation sent already, so a snapshot from opendir would
+    /// be cached as complete without the change, for good. Taken at the read, it holds every
+    /// change whose invalidation came before; one after it resets what the kernel cached.
     public func readDirectory(_ handle: FileHandleID, from offset: Int, limit: Int = .max) throws(FSError)
         -> [DirectoryEntry]
     {
@@ -146,7 +151,12 @@ extension DropboxFilesystem {
             var readToTheEnd = false
             defer { if readToTheEnd { signalFeedChanged() } }   // subtree listings that made way go on
             return try state.withLock { state throws(FSError) -> [DirectoryEntry] in
-                guard let snapshot = state.directoryHandles[handle] else { throw .badHandle }
+                guard var open = state.directoryHandles[handle] else { throw .badHandle }
+                if offset == 0 || open.entries == nil {
+                    open.entries = snapshot(of: open.folder, in: state.tree)
+                    state.directoryHandles[handle] = open
+                }
+                let snapshot = open.entries ?? []
                 guard offset >= 0, offset < snapshot.count else {
                     // The reader has every entry (the kernel asks past the end once it has).
                     readToTheEnd = state.feed.foldersReadAfterWaiting.removeValue(forKey: handle) != nil
@@ -166,6 +176,14 @@ extension DropboxFilesystem {
         }
     }
 
+    /// The folder's entries now, `.` and `..` first; none for a folder removed since it was opened.
+    private func snapshot(of folder: Slot, in tree: Tree) -> [(name: String, slot: Slot)] {
+        guard tree.isAlive(folder), tree.isDirectory(folder) else { return [] }
+        var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
+        for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
+        return entries
+    }
+
     public func releaseDirectory(_ handle: FileHandleID) {
         let heldTheFill = state.withLock { state in
             state.directoryHandles.removeValue(forKey: handle)
@@ -176,16 +194,28 @@ extension DropboxFilesystem {
 
     // MARK: - Filesystem
 
-    /// Space used and allocated, from `users/get_space_usage`, trusted for the metadata TTL.
+    /// Space used and allocated, from `users/get_space_usage`, trusted for the metadata TTL. When
+    /// Dropbox cannot answer (offline, failing), `df` still gets an answer: the last figures, or
+    /// zeros before any, as rclone and mountpoint-s3 answer; the failed call is logged.
     public func statistics() throws(FSError) -> FilesystemStatistics {
         try reporting(.statfs) { () throws(FSError) -> FilesystemStatistics in
-            let cached = state.withLock { state -> FilesystemStatistics? in
-                guard let (stats, at) = state.statistics, now() - at < ttlSeconds else { return nil }
-                return stats
+            let (fresh, last) = state.withLock { state -> (Bool, FilesystemStatistics?) in
+                guard let (stats, at) = state.statistics else { return (false, nil) }
+                return (now() - at < ttlSeconds, stats)
             }
-            if let cached { return cached }
+            func lastKnown() -> FilesystemStatistics {
+                let nodes = state.withLock { UInt64($0.tree.liveCount) }
+                return FilesystemStatistics(usedBytes: last?.usedBytes ?? 0, allocatedBytes: last?.allocatedBytes ?? 0,
+                                            nodeCount: nodes)
+            }
+            if let last, fresh { return last }
+            // No call while the mount knows Dropbox is out of reach: `df` must not wait out retries.
+            if reachability.isUnreachable { return lastKnown() }
             let usage: SpaceUsage
-            do throws(DropboxError) { usage = try api.spaceUsage() } catch { throw FSError(error) }
+            do throws(DropboxError) { usage = try api.spaceUsage() } catch {
+                if error == .stopped { throw FSError(error) }
+                return lastKnown()
+            }
             return state.withLock { state in
                 let stats = FilesystemStatistics(usedBytes: usage.used, allocatedBytes: usage.allocated,
                                                  nodeCount: UInt64(state.tree.liveCount))
