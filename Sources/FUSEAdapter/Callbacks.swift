@@ -179,10 +179,11 @@ public enum Callbacks {
         let reply = Reply(req, plus ? "readdirplus" : "readdir")
         let mount = context(req)
         let timeouts = mount.timeouts
-        // Entries are at least 24 bytes in the buffer, so this many always cover a full reply.
+        // Entries are at least 24 bytes in the buffer (152 with attributes), so this many always
+        // cover a full reply.
         let entries: [DirectoryEntry]
         switch Result(catching: { () throws(FSError) in
-            try mount.filesystem.readDirectory(FileHandleID(handle), from: Int(offset), limit: size / 24 + 1)
+            try mount.filesystem.readDirectory(FileHandleID(handle), from: Int(offset), limit: size / (plus ? 152 : 24) + 1)
         }) {
         case .success(let batch): entries = batch
         case .failure(let error): return reply.failure(error)
@@ -191,6 +192,8 @@ public enum Callbacks {
         defer { buffer.deallocate() }
         var used = 0
         var next = offset
+        // Sizes the reply gives the kernel: only readdirplus gives any, and only for what fits.
+        var reported: [(inode: InodeNumber, size: UInt64)] = []
         for entry in entries {
             next += 1
             guard let attributes = entry.attributes else { continue }   // removed since opendir
@@ -214,7 +217,9 @@ public enum Callbacks {
             }
             if needed > remaining { break }
             used += needed
+            if plus && !isDot && attributes.kind == .file { reported.append((attributes.inode, attributes.size)) }
         }
+        if !reported.isEmpty { mount.filesystem.sizesReported(reported) }
         reply.bytes(UnsafeRawBufferPointer(rebasing: buffer[0..<used]))
     }
 

@@ -295,6 +295,26 @@ struct DropboxFSTests {
         #expect(dropbox.counters.spaceUsage == 1)
     }
 
+    @Test func onlySizesTheKernelWasGivenCountAsReported() throws {
+        // readDirectory returns more entries than a readdirplus reply fits, and a plain readdir
+        // gives no sizes at all: the adapter says which sizes went out.
+        dropbox.addFile("/f", [1, 2, 3])
+        let fs = makeFS()
+        let directory = try fs.openDirectory(.root)
+        let listed = try #require(try fs.readDirectory(directory, from: 0).first { $0.name == "f" }?.attributes)
+        fs.releaseDirectory(directory)
+        func kernelSizeMayBeStale() throws -> Bool {
+            let opened = try fs.open(listed.inode)
+            fs.release(opened.handle)
+            return opened.kernelSizeMayBeStale
+        }
+        #expect(try kernelSizeMayBeStale(), "listed, but no size given")
+        fs.sizesReported([(listed.inode, 999)])
+        #expect(try kernelSizeMayBeStale(), "a size the file no longer has")
+        fs.sizesReported([(listed.inode, 3)])
+        #expect(try kernelSizeMayBeStale() == false)
+    }
+
     @Test func statisticsOutliveAFailingDropbox() throws {
         dropbox.fail(with: .transport(code: 7, message: "connection refused"))
         let fs = makeFS()

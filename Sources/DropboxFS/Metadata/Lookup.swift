@@ -100,6 +100,18 @@ extension DropboxFilesystem {
 
     // MARK: - Directories
 
+    /// The kernel was given these files' sizes (the entries readdirplus could fit in its reply;
+    /// `readDirectory` returns more than fit). A file whose size has changed since is not marked:
+    /// the kernel has the old one.
+    public func sizesReported(_ reported: [(inode: InodeNumber, size: UInt64)]) {
+        state.withLock { state in
+            for (inode, size) in reported {
+                guard let slot = Slot(inode), state.tree.isAlive(slot), state.tree.details(slot)?.size == size else { continue }
+                state.tree.markSizeReported(slot)
+            }
+        }
+    }
+
     /// A handle for `readDirectory`, once the folder's listing is fresh.
     public func openDirectory(_ inode: InodeNumber) throws(FSError) -> FileHandleID {
         try reporting(.opendir, inode: inode) { () throws(FSError) -> FileHandleID in
@@ -168,7 +180,6 @@ extension DropboxFilesystem {
                         entries.append(DirectoryEntry(name: name, attributes: nil))
                         continue
                     }
-                    state.tree.markSizeReported(slot)
                     entries.append(DirectoryEntry(name: name, attributes: attributes(of: slot, in: state.tree)))
                 }
                 return entries
