@@ -69,3 +69,41 @@ struct CaseFoldTests {
         #expect(names(tree) == ["plan.txt"])
     }
 }
+
+/// A document's export never shares a node with a file of the name it is shown under.
+@Suite("Export names")
+struct ExportNameTests {
+    private func file(_ name: String, exportAs: String? = nil) -> Metadata {
+        .file(FileMetadata(name: name, id: "id:" + name, pathLower: "/" + name.lowercased(), pathDisplay: "/" + name,
+                           clientModified: 0, serverModified: 0, rev: "0123456789", size: 1,
+                           isDownloadable: exportAs == nil, exportAs: exportAs))
+    }
+
+    private func shown(_ tree: Tree) -> [String: Bool] {
+        Dictionary(uniqueKeysWithValues: tree.children(of: .root).map { (tree.name($0), tree.details($0)!.isExport) })
+    }
+
+    @Test func aFileKeepsItsNameWhicheverIsListedFirst() {
+        for order in [[file("Notes.paper", exportAs: "html"), file("Notes.html")],
+                      [file("Notes.html"), file("Notes.paper", exportAs: "html")]] {
+            var tree = Tree()
+            var update = TreeUpdate(rootPath: "", logger: Logger(label: "test"))
+            update.replaceChildren(of: .root, with: order, in: &tree, listedAt: 0, notify: false)
+            #expect(shown(tree) == ["Notes.html": false])
+            var feed = TreeUpdate(rootPath: "", logger: Logger(label: "test"))
+            feed.apply(order.reversed(), to: &tree, notify: false)
+            #expect(shown(tree) == ["Notes.html": false], "the change feed keeps it too")
+            feed.apply([.deleted(DeletedMetadata(name: "Notes.paper", pathLower: "/notes.paper", pathDisplay: "/Notes.paper"))],
+                       to: &tree, notify: false)
+            #expect(shown(tree) == ["Notes.html": false], "the document's deletion leaves the file")
+        }
+    }
+
+    @Test func twoDocumentsWithOneExportNameKeepTheFirst() {
+        var tree = Tree()
+        var update = TreeUpdate(rootPath: "", logger: Logger(label: "test"))
+        update.apply([file("Plan.gdoc", exportAs: "docx"), file("Plan.gsheet", exportAs: "docx")], to: &tree, notify: false)
+        update.apply([file("Plan.gsheet", exportAs: "docx")], to: &tree, notify: false)
+        #expect(tree.children(of: .root).map { tree.details($0)!.exportedFrom } == ["Plan.gdoc"])
+    }
+}

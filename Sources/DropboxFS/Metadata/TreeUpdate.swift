@@ -35,8 +35,13 @@ struct TreeUpdate {
         for entry in entries {
             guard let (name, details) = acceptable(entry, in: "listing") else { continue }
             if let earlier = tree.child(of: folder, folded: FoldedName(name)), seen.contains(earlier) {
-                logger.warning("skipping a second entry whose name differs only in case", metadata: ["name": "\(name)"])
-                continue
+                // A file takes its name from a document's export listed before it; otherwise the
+                // first entry keeps the name.
+                let fileOverExport = details.map { !$0.isExport } == true && tree.details(earlier)?.isExport == true
+                if !fileOverExport {
+                    logSkipped(name, export: details?.isExport == true)
+                    continue
+                }
             }
             let (slot, outcome) = tree.upsert(parent: folder, name: name, details: details)
             seen.insert(slot)
@@ -116,12 +121,31 @@ struct TreeUpdate {
                 continue
             }
             guard let (name, details) = accepted else { continue }
+            if exportGivesWay(details, name: name, in: parent, tree: tree) {
+                logSkipped(name, export: true)
+                continue
+            }
             let (slot, outcome) = tree.upsert(parent: parent, name: name, details: details)
             if notify { record(outcome, slot: slot, name: name, parent: parent) }
             if details == nil, outcome == .added, let time = newFoldersListedAt { tree.markComplete(slot, listedAt: time) }
             touched?.insert(slot)
         }
         settleFolderTimes(in: &tree, notify: notify)
+    }
+
+    /// Whether a document's export must give way to what already has its name in `parent`: a
+    /// file or folder of its own (`Notes.html` beside `Notes.paper`), or another document's
+    /// export. Otherwise the two would share one node and its bytes would flip with each change.
+    private func exportGivesWay(_ details: FileDetails?, name: String, in parent: Slot, tree: Tree) -> Bool {
+        guard let details, details.isExport, let existing = tree.child(of: parent, folded: FoldedName(name)) else { return false }
+        guard let old = tree.details(existing), old.isExport else { return true }
+        return old.exportedFrom.map(FoldedName.init) != details.exportedFrom.map(FoldedName.init)
+    }
+
+    private func logSkipped(_ name: String, export: Bool) {
+        logger.warning(export ? "skipping a document's export: another entry has its name"
+                              : "skipping a second entry whose name differs only in case",
+                       metadata: ["name": "\(name)"])
     }
 
     private mutating func record(_ outcome: Tree.Upsert, slot: Slot, name: String, parent: Slot) {
