@@ -69,10 +69,12 @@ public enum Callbacks {
     }
 
     private static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
-        let reply = Reply(req!, "lookup")
+        var reply = Reply(req!, "lookup")
         let mount = context(req!)
+        let name = String(cString: name!)
+        guard reply.allowInterrupt() else { return }
         switch Result(catching: { () throws(FSError) in
-            try mount.filesystem.lookup(parent: InodeNumber(parent), name: String(cString: name!))
+            try mount.filesystem.lookup(parent: InodeNumber(parent), name: name)
         }) {
         case .success(let attributes): reply.entry(attributes, timeouts: mount.timeouts)
         case .failure(.notFound): reply.negativeEntry(timeout: mount.timeouts.negativeEntry)
@@ -94,8 +96,9 @@ public enum Callbacks {
     }
 
     private static func getattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        let reply = Reply(req!, "getattr")
+        var reply = Reply(req!, "getattr")
         let mount = context(req!)
+        guard reply.allowInterrupt() else { return }
         switch Result(catching: { () throws(FSError) in try mount.filesystem.attributes(of: InodeNumber(inode)) }) {
         case .success(let attributes): reply.attributes(attributes, timeout: mount.timeouts.attributes)
         case .failure(let error): reply.failure(error)
@@ -103,12 +106,13 @@ public enum Callbacks {
     }
 
     private static func open(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        let reply = Reply(req!, "open")
+        var reply = Reply(req!, "open")
         let info = fi!
         if info.pointee.flags & O_ACCMODE != O_RDONLY || info.pointee.flags & O_TRUNC != 0 {
             return reply.failure(.readOnly)
         }
         let mount = context(req!)
+        guard reply.allowInterrupt() else { return }
         switch Result(catching: { () throws(FSError) in try mount.filesystem.open(InodeNumber(inode)) }) {
         case .success(let opened):
             mount.hooks.fileOpened()
@@ -123,10 +127,12 @@ public enum Callbacks {
 
     private static func read(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ size: Int, _ offset: off_t,
                              _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        let reply = Reply(req!, "read")
+        var reply = Reply(req!, "read")
         let handle = FileHandleID(fi!.pointee.fh)
+        let filesystem = context(req!).filesystem
+        guard reply.allowInterrupt() else { return }
         switch Result(catching: { () throws(FSError) in
-            try context(req!).filesystem.readBytes(handle, offset: UInt64(offset), size: size)
+            try filesystem.readBytes(handle, offset: UInt64(offset), size: size)
         }) {
         case .success(let bytes):
             // Straight from the read engine's buffers: no copy between download and kernel.
@@ -147,8 +153,9 @@ public enum Callbacks {
     }
 
     private static func opendir(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        let reply = Reply(req!, "opendir")
+        var reply = Reply(req!, "opendir")
         let filesystem = context(req!).filesystem   // taken now: the request is freed by the reply
+        guard reply.allowInterrupt() else { return }
         switch Result(catching: { () throws(FSError) in try filesystem.openDirectory(InodeNumber(inode)) }) {
         case .success(let handle):
             fi!.pointee.fh = handle.rawValue
@@ -229,8 +236,10 @@ public enum Callbacks {
     }
 
     private static func statfs(_ req: fuse_req_t?, _ inode: fuse_ino_t) {
-        let reply = Reply(req!, "statfs")
-        switch Result(catching: { () throws(FSError) in try context(req!).filesystem.statistics() }) {
+        var reply = Reply(req!, "statfs")
+        let filesystem = context(req!).filesystem
+        guard reply.allowInterrupt() else { return }
+        switch Result(catching: { () throws(FSError) in try filesystem.statistics() }) {
         case .success(let stats): reply.statistics(stats)
         case .failure(let error): reply.failure(error)
         }

@@ -1,5 +1,7 @@
 import CShims
+import Dispatch
 import DropboxFS
+import Synchronization
 
 /// The answer to one FUSE request. It is non-copyable and every answer consumes it, so no code path
 /// can reply twice; one dropped without an answer replies `EIO` from its deinit (fuser's rule), so
@@ -7,6 +9,10 @@ import DropboxFS
 ///
 /// Each answer also ends the request's timing: with an observer (the mount's metrics), how long the
 /// operation took and whether it failed is reported once, as the answer goes out.
+///
+/// A request that may wait on Dropbox can be interrupted (`allowInterrupt`): when the caller gets a
+/// signal (Ctrl-C, SIGKILL) the kernel sends FUSE_INTERRUPT and waits for the answer, so the
+/// interrupt is answered EINTR at once and the worker's own answer, when it comes, is dropped.
 struct Reply: ~Copyable {
     private let request: fuse_req_t
     private let operation: StaticString
@@ -15,6 +21,8 @@ struct Reply: ~Copyable {
     /// requests.
     private let context: UnsafeMutableRawPointer?
     private let started: UInt64
+    /// A retained `InterruptGate` once `allowInterrupt` was called (a raw pointer, as `context`).
+    private var gate: UnsafeMutableRawPointer?
 
     init(_ request: fuse_req_t, _ operation: StaticString) {
         self.request = request
@@ -27,7 +35,44 @@ struct Reply: ~Copyable {
 
     deinit {
         ended(failed: true)
-        fuse_reply_err(request, EIO)
+        if claim() { fuse_reply_err(request, EIO) }
+    }
+
+    /// Lets a signal to the caller end the request with EINTR while the worker is still at it
+    /// (libfuse's `fuse_req_interrupt_func`). Call it after taking everything the callback needs
+    /// from the request: from here on an interrupt may answer, and free, the request at any time.
+    /// False if the request was interrupted already: it is answered, and the work is not needed.
+    mutating func allowInterrupt() -> Bool {
+        let gate = Unmanaged.passRetained(InterruptGate())
+        self.gate = gate.toOpaque()
+        fuse_req_interrupt_func(request, Reply.interrupted, gate.toOpaque())
+        return gate.takeUnretainedValue().state.load(ordering: .acquiring) == InterruptGate.open
+    }
+
+    /// libfuse calls this when the kernel interrupts the request, from the thread reading
+    /// /dev/fuse or, for a request interrupted before `allowInterrupt`, from inside
+    /// `fuse_req_interrupt_func`. The EINTR goes out from another thread: answering here would
+    /// free the request while libfuse still holds it.
+    private static let interrupted: fuse_interrupt_func_t = { request, data in
+        guard let request, let data else { return }
+        let gate = Unmanaged<InterruptGate>.fromOpaque(data).takeUnretainedValue()
+        guard gate.state.compareExchange(expected: InterruptGate.open, desired: InterruptGate.interrupted,
+                                         ordering: .acquiringAndReleasing).exchanged else { return }
+        let address = UInt(bitPattern: request)
+        DispatchQueue.global().async { fuse_reply_err(OpaquePointer(bitPattern: address), EINTR) }
+    }
+
+    /// Whether this reply may answer: always, unless an interrupt answered first. Once it has
+    /// won, no interrupt can answer any more (`fuse_req_interrupt_func` with no function waits
+    /// out one under way).
+    private func claim() -> Bool {
+        guard let gate else { return true }
+        let box = Unmanaged<InterruptGate>.fromOpaque(gate)
+        let won = box.takeUnretainedValue().state.compareExchange(expected: InterruptGate.open, desired: InterruptGate.answered,
+                                                                  ordering: .acquiringAndReleasing).exchanged
+        if won { fuse_req_interrupt_func(request, nil, nil) }
+        box.release()
+        return won
     }
 
     private func ended(failed: Bool) {
@@ -46,7 +91,7 @@ struct Reply: ~Copyable {
     /// Private: every other errno goes through `failure`, so the table in `Errno.swift` is the only one.
     private consuming func error(_ code: Int32) {
         ended(failed: code != 0)
-        fuse_reply_err(request, code)
+        if claim() { fuse_reply_err(request, code) }
         discard self
     }
 
@@ -70,7 +115,7 @@ struct Reply: ~Copyable {
         entry.attr = stat(attributes)
         entry.attr_timeout = timeouts.attributes
         entry.entry_timeout = timeouts.entry
-        fuse_reply_entry(request, &entry)
+        if claim() { fuse_reply_entry(request, &entry) }
         ended(failed: false)
         discard self
     }
@@ -79,7 +124,7 @@ struct Reply: ~Copyable {
     consuming func negativeEntry(timeout: Double) {
         var entry = fuse_entry_param()
         entry.entry_timeout = timeout
-        fuse_reply_entry(request, &entry)
+        if claim() { fuse_reply_entry(request, &entry) }
         ended(failed: false)
         discard self
     }
@@ -87,7 +132,7 @@ struct Reply: ~Copyable {
     /// The corresponding C function is `fuse_reply_attr`.
     consuming func attributes(_ attributes: NodeAttributes, timeout: Double) {
         var attr = stat(attributes)
-        fuse_reply_attr(request, &attr, timeout)
+        if claim() { fuse_reply_attr(request, &attr, timeout) }
         ended(failed: false)
         discard self
     }
@@ -96,7 +141,7 @@ struct Reply: ~Copyable {
     /// reply (the request is gone: the connection was aborted, or an older kernel gave up on an
     /// interrupted `open(2)`): it will never release this handle, so the caller must.
     consuming func open(_ info: UnsafeMutablePointer<fuse_file_info>) -> Bool {
-        let taken = fuse_reply_open(request, info) == 0
+        let taken = claim() && fuse_reply_open(request, info) == 0
         ended(failed: false)
         discard self
         return taken
@@ -104,16 +149,16 @@ struct Reply: ~Copyable {
 
     /// The corresponding C function is `fuse_reply_buf`.
     consuming func bytes(_ buffer: UnsafeRawBufferPointer) {
-        fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
+        if claim() { fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count) }
         ended(failed: false)
         discard self
     }
 
     consuming func bytes(_ array: [UInt8]) {
         let request = self.request
-        array.withUnsafeBytes { buffer in
+        if claim() { array.withUnsafeBytes { buffer in
             _ = fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
-        }
+        } }
         ended(failed: false)
         discard self
     }
@@ -121,7 +166,9 @@ struct Reply: ~Copyable {
     /// Several buffers as one answer, without joining them first. The corresponding C functions
     /// are `fuse_reply_buf` (one slice) and `fuse_reply_iov`.
     consuming func slices(_ slices: [UnsafeRawBufferPointer]) {
-        if slices.count <= 1 {
+        if !claim() {
+            // Interrupted: answered already.
+        } else if slices.count <= 1 {
             let buffer = slices.first ?? UnsafeRawBufferPointer(start: nil, count: 0)
             fuse_reply_buf(request, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
         } else {
@@ -134,7 +181,7 @@ struct Reply: ~Copyable {
 
     /// The corresponding C function is `fuse_reply_xattr` (the size a getxattr/listxattr needs).
     consuming func attributeSize(_ size: Int) {
-        fuse_reply_xattr(request, size)
+        if claim() { fuse_reply_xattr(request, size) }
         ended(failed: false)
         discard self
     }
@@ -150,7 +197,7 @@ struct Reply: ~Copyable {
         vfs.f_bavail = vfs.f_bfree
         vfs.f_files = UInt(stats.nodeCount)
         vfs.f_namemax = UInt(FilesystemStatistics.maximumNameLength)
-        fuse_reply_statfs(request, &vfs)
+        if claim() { fuse_reply_statfs(request, &vfs) }
         ended(failed: false)
         discard self
     }
@@ -194,4 +241,10 @@ enum AttributeAnswer: Equatable {
         else if bufferSize < bytes.count { self = .failure(.bufferTooSmall) }
         else { self = .bytes(bytes) }
     }
+}
+
+/// Who answers an interruptible request: the worker or the interrupt, decided once.
+final class InterruptGate: Sendable {
+    static let open = 0, answered = 1, interrupted = 2
+    let state = Atomic<Int>(InterruptGate.open)
 }

@@ -333,6 +333,28 @@ def test_a_signal_ends_the_mount_at_once_with_a_read_waiting_on_a_dead_link(emul
         reader.join(timeout=10)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_a_signal_ends_a_read_waiting_on_a_dead_link_without_ending_the_mount(emulator, tmp_path, silent_server_url, sig):
+    """The kernel waits for a request the mount is serving even through SIGKILL, and sends
+    FUSE_INTERRUPT: the mount answers it EINTR at once, so Ctrl-C or kill -9 ends a `cat` waiting on
+    a download that never comes, not the call's 2-minute deadline. (--direct-io makes every read a
+    request of the reader's own; the kernel's read-ahead requests wait killably anyway.)"""
+    m = Mount(emulator, tmp_path / "mnt", "--direct-io", "-o", f"content_url={silent_server_url}")
+    try:
+        assert (m.mountpoint / "old.txt").stat().st_size > 0
+        reader = subprocess.Popen(["cat", str(m.mountpoint / "old.txt")], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)
+        with pytest.raises(subprocess.TimeoutExpired):
+            reader.wait(timeout=2)   # waiting on the silent server
+        reader.send_signal(sig)
+        assert reader.wait(timeout=10) != 0
+        # The mount serves on: its worker's late answer to the interrupted read is dropped.
+        assert sorted(os.listdir(m.mountpoint)) == sorted(os.listdir(emulator.root))
+        assert m.process.poll() is None, m.log()
+    finally:
+        m.unmount()
+
+
 def test_a_signal_the_mount_was_started_ignoring_stays_ignored(emulator, tmp_path):
     """A script's background job starts with SIGINT ignored, and libfuse leaves it so. The mount
     must too: catching it would cancel every Dropbox call (reads fail) and not end the session."""
