@@ -71,7 +71,11 @@ public enum Callbacks {
     private static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
         var reply = Reply(req!, "lookup")
         let mount = context(req!)
-        let name = String(cString: name!)
+        // Dropbox names are UTF-8: other bytes name nothing (String(cString:) would repair them
+        // into a name that might exist).
+        guard let name = String(validatingCString: name!) else {
+            return reply.negativeEntry(timeout: mount.timeouts.negativeEntry)
+        }
         guard reply.allowInterrupt() else { return }
         switch Result(catching: { () throws(FSError) in
             try mount.filesystem.lookup(parent: InodeNumber(parent), name: name)

@@ -160,6 +160,8 @@ struct ChangeFeedTests {
         #expect(throws: FSError.notFound) { try resolve(fs, "Notes.txt") }
         #expect(try names(fs, .root) == ["NOTES.txt"])
         #expect(invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "Notes.txt")))
+        #expect(invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "NOTES.txt")),
+                "a \"no such name\" the kernel holds for the new spelling goes too")
     }
 
     @Test func aDeletedDocumentRemovesItsExport() throws {

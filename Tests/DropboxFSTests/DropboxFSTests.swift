@@ -234,11 +234,17 @@ struct DropboxFSTests {
 
     @Test func namesAreExactUnlessCaseInsensitive() throws {
         dropbox.addFile("/Photo.JPG", [1])
+        dropbox.addFile("/Cafe\u{301}.txt", [2])   // decomposed, as macOS writes names
         let exact = makeFS()
         #expect(throws: FSError.notFound) { try exact.lookup(parent: .root, name: "photo.jpg") }
+        #expect(throws: FSError.notFound, "byte for byte, not Swift's ==") {
+            try exact.lookup(parent: .root, name: "Caf\u{E9}.txt")
+        }
+        #expect(try exact.lookup(parent: .root, name: "Cafe\u{301}.txt").size == 1)
         #expect(try exact.lookup(parent: .root, name: "Photo.JPG").size == 1)
         let folded = makeFS(FilesystemOptions(caseInsensitive: true))
         #expect(try folded.lookup(parent: .root, name: "photo.jpg").size == 1)
+        #expect(try folded.lookup(parent: .root, name: "CAF\u{C9}.TXT").size == 1, "as Dropbox folds: composed too")
         #expect(try names(folded, .root).contains("Photo.JPG"), "names still appear as Dropbox has them")
     }
 

@@ -22,8 +22,10 @@ extension DropboxFilesystem {
     /// `name` in `folder` as the tree has it: nil if the tree holds no such child.
     private func child(_ name: String, of folder: Slot, in state: inout State) throws(FSError) -> NodeAttributes? {
         guard state.tree.isAlive(folder) else { throw .notFound }
+        // Byte for byte: Swift's == takes a composed and a decomposed spelling for one name, and
+        // the kernel would keep the other spelling as an alias no invalidation names.
         guard let child = state.tree.child(of: folder, folded: FoldedName(name)),
-              options.caseInsensitive || state.tree.name(child) == name else { return nil }
+              options.caseInsensitive || state.tree.name(child).utf8.elementsEqual(name.utf8) else { return nil }
         state.tree.markSizeReported(child)
         return attributes(of: child, in: state.tree)
     }

@@ -247,7 +247,7 @@ struct Tree {
                 var outcome = Upsert.unchanged
                 let oldName = self.name(existing)
                 var renamedFrom: String?
-                if oldName != name {
+                if !oldName.utf8.elementsEqual(name.utf8) {   // a change of case or of normalization
                     replaceName(existing, with: name)
                     renamedFrom = oldName
                     outcome = .updated(contentChanged: false, renamedFrom: oldName)

@@ -159,7 +159,9 @@ struct TreeUpdate {
             changedFiles.append(slot)
         case .updated(let contentChanged, let renamedFrom):
             if let old = renamedFrom {
+                // The new spelling too: the kernel may hold a "no such name" for it.
                 invalidations.append(.entry(parent: parent.inode, name: old))
+                invalidations.append(.entry(parent: parent.inode, name: name))
                 invalidations.append(.inode(parent.inode))
             }
             if contentChanged { changedFiles.append(slot) }
