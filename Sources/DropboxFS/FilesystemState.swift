@@ -29,6 +29,9 @@ struct State {
 /// An open folder: its entries as a reader reading from the start found them (`.` and `..` first).
 struct OpenDirectory {
     let folder: Slot
+    /// Whether opening it listed the folder: the kernel's cached listing may be older than the
+    /// invalidations that listing queued, so it must not be kept.
+    var listedByOpen = false
     /// Taken at the first read from offset 0, and again at each one after (`rewinddir`).
     var entries: [(name: String, slot: Slot)]?
 }

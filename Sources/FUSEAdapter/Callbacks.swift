@@ -165,9 +165,10 @@ public enum Callbacks {
             fi!.pointee.fh = handle.rawValue
             // Every change to a folder the kernel may have listed reaches it as an invalidation
             // (DropboxFilesystem.invalidateFoldersListedByReaders says how), so the kernel keeps
-            // listings across opens: `find` run twice reads the second time from the kernel.
+            // listings across opens: `find` run twice reads the second time from the kernel. Not
+            // after an open that listed the folder again: its invalidations may not have landed.
             dbx_fi_set_cache_readdir(fi!, 1)
-            dbx_fi_set_keep_cache(fi!, 1)
+            dbx_fi_set_keep_cache(fi!, filesystem.kernelMayKeepListing(handle) ? 1 : 0)
             if !reply.open(fi!) { filesystem.releaseDirectory(handle) }
         case .failure(let error):
             reply.failure(error)

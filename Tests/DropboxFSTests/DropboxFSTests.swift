@@ -301,6 +301,22 @@ struct DropboxFSTests {
         #expect(dropbox.counters.spaceUsage == 1)
     }
 
+    @Test func theKernelDropsItsListingWhenAnOpenListedTheFolderAgain() throws {
+        dropbox.addFile("/a", [1])
+        let fs = makeFS()   // no change feed: a folder is listed again once its TTL has passed
+        let first = try fs.openDirectory(.root)
+        #expect(fs.kernelMayKeepListing(first) == false, "listed by this open")
+        fs.releaseDirectory(first)
+        let second = try fs.openDirectory(.root)
+        #expect(fs.kernelMayKeepListing(second), "within the TTL: nothing listed")
+        fs.releaseDirectory(second)
+        clock.advance(by: 61)
+        dropbox.addFile("/b", [2])
+        let third = try fs.openDirectory(.root)
+        #expect(fs.kernelMayKeepListing(third) == false, "listed again: its invalidations may still be queued")
+        fs.releaseDirectory(third)
+    }
+
     @Test func onlySizesTheKernelWasGivenCountAsReported() throws {
         // readDirectory returns more entries than a readdirplus reply fits, and a plain readdir
         // gives no sizes at all: the adapter says which sizes went out.

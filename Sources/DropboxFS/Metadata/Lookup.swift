@@ -102,6 +102,13 @@ extension DropboxFilesystem {
 
     // MARK: - Directories
 
+    /// Whether the kernel may keep its cached listing of the folder open on `handle` (`keep_cache`
+    /// on opendir): not when this open listed the folder again, as its invalidations may still be
+    /// on their way.
+    public func kernelMayKeepListing(_ handle: FileHandleID) -> Bool {
+        state.withLock { !($0.directoryHandles[handle]?.listedByOpen ?? true) }
+    }
+
     /// The kernel was given these files' sizes (the entries readdirplus could fit in its reply;
     /// `readDirectory` returns more than fit). A file whose size has changed since is not marked:
     /// the kernel has the old one.
@@ -118,7 +125,9 @@ extension DropboxFilesystem {
     public func openDirectory(_ inode: InodeNumber) throws(FSError) -> FileHandleID {
         try reporting(.opendir, inode: inode) { () throws(FSError) -> FileHandleID in
             guard let folder = Slot(inode) else { throw .notFound }
-            let handle = state.withLock { $0.reserveHandle() }
+            let (handle, listedBefore) = state.withLock { state in
+                (state.reserveHandle(), state.tree.isAlive(folder) ? state.tree.listedAt(folder) : -.infinity)
+            }
             let images: [ThumbnailTarget]
             do throws(FSError) {
                 try ensureFreshListing(of: folder, readerHandle: handle)
@@ -126,7 +135,8 @@ extension DropboxFilesystem {
                     let tree = state.tree
                     guard tree.isAlive(folder) else { throw .notFound }
                     guard tree.isDirectory(folder) else { throw .notADirectory }
-                    state.directoryHandles[handle] = OpenDirectory(folder: folder)
+                    state.directoryHandles[handle] = OpenDirectory(folder: folder,
+                                                                   listedByOpen: tree.listedAt(folder) != listedBefore)
                     state.feed.foldersOpenedDuringFill?.insert(folder)
                     return thumbnailer == nil ? [] : tree.children(of: folder).compactMap { thumbnailTarget($0, in: tree) }
                 }
