@@ -4,7 +4,9 @@
 //
 // flock(2) on a `.lock` file beside the cache: the lock belongs to the open file, which libfuse's
 // daemonizing fork shares with the child, so it lasts exactly as long as the mount's process, and a
-// killed mount leaves no stale lock. The file holds the owner's pid, for the message.
+// killed mount leaves no stale lock. The file holds the owner's pid, for the message, and says
+// when the owner has unmounted and is only saving its tree: a mount started right after an unmount
+// waits for that save instead of failing.
 
 import Foundation
 import Glibc
@@ -18,8 +20,12 @@ public enum CacheLock {
         }
     }
 
+    /// How long a new mount waits for a process that has unmounted and is saving its tree.
+    static let savingWait: Double = 60
+
     /// Locks `path` (creating it, and its folder 0700), or throws `Busy` if another process holds
-    /// it. Returns the descriptor, which stays open for the life of the process (nil when no lock
+    /// it, and is not a mount that has unmounted and is only saving (waited for, `savingWait` at
+    /// most). Returns the descriptor, which stays open for the life of the process (nil when no lock
     /// file can be made); programs the mount runs (fusermount3) do not inherit it.
     @discardableResult
     public static func acquire(_ path: String) throws(Busy) -> Int32? {
@@ -29,13 +35,28 @@ public enum CacheLock {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         // A cache that cannot even hold a lock file is the cache's own problem, reported when used.
         guard fd >= 0 else { return nil }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            let owner = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        let deadline = Date().addingTimeInterval(savingWait)
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let text = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            let fields = text?.split(separator: " ") ?? []
+            if fields.last == Self.unmountedMark, Date() < deadline {
+                usleep(100_000)
+                continue
+            }
             close(fd)
-            throw Busy(path: path, owner: owner?.isEmpty == false ? owner : nil)
+            throw Busy(path: path, owner: fields.first.map(String.init))
         }
         recordOwner(fd)
         return fd
+    }
+
+    private static let unmountedMark: Substring = "unmounted"
+
+    /// Says in the lock file that this process has released its mount point and only saves now.
+    public static func markUnmounted(_ fd: Int32) {
+        let text = Array("\(getpid()) \(unmountedMark)\n".utf8)
+        _ = ftruncate(fd, 0)
+        _ = text.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
     }
 
     /// Writes this process's pid into the lock file: again after daemonizing, when the pid changed.

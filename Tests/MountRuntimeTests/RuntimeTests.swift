@@ -46,6 +46,23 @@ struct RuntimeTests {
         #expect(!SystemdNotify.send("READY=1", to: "/" + String(repeating: "x", count: 200)))   // longer than sun_path
     }
 
+    @Test func aNewMountWaitsForOneThatUnmountedAndIsSavingButNotForALiveOne() throws {
+        var template = Array((FileManager.default.temporaryDirectory.path + "/cache-lock-XXXXXX").utf8CString)
+        let path = String(cString: mkdtemp(&template)!) + "/tree.lock"
+        let live = try #require(try CacheLock.acquire(path))
+        let started = Date()
+        #expect(throws: CacheLock.Busy.self) { try CacheLock.acquire(path) }
+        #expect(Date().timeIntervalSince(started) < 1, "a live mount's lock fails at once")
+        // Unmounted and saving: the next mount waits for the save to end, then takes the lock.
+        CacheLock.markUnmounted(live)
+        let release = Thread { usleep(500_000); close(live) }
+        release.start()
+        let waited = Date()
+        let next = try #require(try CacheLock.acquire(path))
+        #expect(Date().timeIntervalSince(waited) >= 0.3)
+        close(next)
+    }
+
     @Test func residentMemoryIsMeasured() {
         #expect(ProcessMemory.residentBytes() > 1 << 20)
     }

@@ -361,7 +361,7 @@ struct MountCommand: ParsableCommand {
         let session: MountSession
         do {
             session = try MountSession(mount: mount, mountpoint: mountpoint, mountOptions: fuseOptions, directIO: directIO,
-                                       debug: debug)
+                                       debug: debug, cacheLocks: locks)
         } catch {
             mount.stopControl()
             fail(error.description, code: 1)
