@@ -53,16 +53,14 @@ public enum CacheLock {
     private static let unmountedMark: Substring = "unmounted"
 
     /// Says in the lock file that this process has released its mount point and only saves now.
-    public static func markUnmounted(_ fd: Int32) {
-        let text = Array("\(getpid()) \(unmountedMark)\n".utf8)
-        _ = ftruncate(fd, 0)
-        _ = text.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
-    }
+    public static func markUnmounted(_ fd: Int32) { write("\(getpid()) \(unmountedMark)\n", to: fd) }
 
     /// Writes this process's pid into the lock file: again after daemonizing, when the pid changed.
-    public static func recordOwner(_ fd: Int32) {
-        let pid = Array("\(getpid())\n".utf8)
+    public static func recordOwner(_ fd: Int32) { write("\(getpid())\n", to: fd) }
+
+    private static func write(_ text: String, to fd: Int32) {
+        let bytes = Array(text.utf8)
         _ = ftruncate(fd, 0)
-        _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
     }
 }

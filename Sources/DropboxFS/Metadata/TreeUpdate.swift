@@ -103,7 +103,7 @@ struct TreeUpdate {
                 let leafFolded = FoldedName(leaf)
                 var found = tree.child(of: parent, folded: leafFolded)
                 if found == nil {
-                    for ext in tree.exportExtensions.sorted() {
+                    for ext in tree.exportExtensions {   // only this document's export can match
                         guard let slot = tree.child(of: parent, folded: FoldedName(ExportName.visibleName(leaf, exportAs: ext))),
                               let details = tree.details(slot), details.isExport,
                               details.exportedFrom.map({ FoldedName($0) == leafFolded }) ?? true else { continue }
