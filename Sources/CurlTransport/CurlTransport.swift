@@ -130,11 +130,12 @@ public final class CurlTransport: HTTPTransport {
             if sink.receiverAborted {
                 return .failure(.aborted)
             }
-            let limitHit = sink.exceededLimit || code == CURLE_FILESIZE_EXCEEDED
-            let message = limitHit
-                ? "response larger than the \(request.maxResponseBytes)-byte limit"
-                : easy.message(for: code)
-            return .failure(.failed(code: Int(code.rawValue), message: "curl error \(code.rawValue): \(message)"))
+            if sink.exceededLimit || code == CURLE_FILESIZE_EXCEEDED {
+                return .failure(.tooLarge(sink.headerBytes > TransferSink.headerLimit
+                    ? "response headers larger than \(TransferSink.headerLimit >> 10) KiB"
+                    : "response larger than the \(request.maxResponseBytes)-byte limit"))
+            }
+            return .failure(.failed(code: Int(code.rawValue), message: "curl error \(code.rawValue): \(easy.message(for: code))"))
         }
         var status = 0
         _ = dbx_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
@@ -328,7 +329,7 @@ final class TransferSink {
     private(set) var headers: [String: String] = [:]
     private(set) var body: [UInt8] = []
     private(set) var exceededLimit = false
-    private var headerBytes = 0
+    private(set) var headerBytes = 0
 
     init(limit: Int, receiver: HTTPBodyReceiver? = nil, stopping: StopFlag) {
         self.limit = limit
@@ -372,7 +373,9 @@ final class TransferSink {
         if text.hasPrefix("HTTP/") {
             headers = [:]
             // "HTTP/1.1 206 Partial Content": the receiver needs the status before the first body byte.
-            let fields = text.split(separator: " ", maxSplits: 2)
+            // The reason phrase may be absent ("HTTP/1.1 206\r\n"), so the code is read up to
+            // the first space or line end, not as the second of three fields.
+            let fields = text.split(whereSeparator: { $0 == " " || $0.isNewline })
             status = fields.count >= 2 ? Int(fields[1]) ?? 0 : 0
             return true
         }

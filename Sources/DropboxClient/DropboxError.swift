@@ -65,12 +65,13 @@ extension DropboxError {
 
 extension DropboxError {
     /// The one place a transport's failure becomes a Dropbox error. A request the transport would
-    /// not send is bad input, like a 400; everything else is `.transport`, which the retry policy
-    /// retries.
+    /// not send is bad input, like a 400; an answer too large to take is a malformed one; everything
+    /// else is `.transport`, which the retry policy retries.
     public init(_ error: HTTPTransportError) {
         switch error {
         case .failed(let code, let message): self = .transport(code: code, message: message)
         case .invalidRequest(let message): self = .badInput(message)
+        case .tooLarge(let message): self = .malformedResponse(message)
         // 23 is curl's CURLE_WRITE_ERROR, which a receiver's stop produces under libcurl.
         case .aborted: self = .transport(code: 23, message: "transfer aborted by the receiver")
         case .stopped: self = .stopped

@@ -32,8 +32,9 @@ public final class DropboxHTTPClient: DropboxAPI {
     public static let maxRPCResponseBytes = 16 << 20
     /// Largest body one `download` call accepts.
     public static let maxDownloadBytes: UInt64 = 1 << 30
-    /// A server that ignores `Range` and answers 200 with the whole file is tolerated only for
-    /// files up to this size; a larger one fails rather than buffering a whole file per read.
+    /// The least response a buffered download call accepts, whatever its range: room for a small
+    /// file's whole-file 200 from a server that ignores `Range`. (A streamed download has no cap:
+    /// its receiver drops the bytes before the range and stops at its end.)
     public static let wholeFileAllowance: UInt64 = 1 << 20
 
     /// - Parameters:

@@ -86,9 +86,15 @@ public struct ListFolderPage: Sendable, Equatable {
     public var entries: [Metadata]
     public var cursor: String
     public var hasMore: Bool
+    /// Entries of the page left out (an unknown `.tag`, a name with a slash, a field missing),
+    /// and why the first was: one entry the mount cannot show must not keep a folder from it.
+    public var skippedEntries: Int
+    public var firstSkipReason: String?
 
-    public init(entries: [Metadata], cursor: String, hasMore: Bool) {
+    public init(entries: [Metadata], cursor: String, hasMore: Bool, skippedEntries: Int = 0,
+                firstSkipReason: String? = nil) {
         self.entries = entries; self.cursor = cursor; self.hasMore = hasMore
+        self.skippedEntries = skippedEntries; self.firstSkipReason = firstSkipReason
     }
 }
 

@@ -10,12 +10,17 @@ extension DropboxHTTPClient {
 
     public func download(path: String, range: Range<UInt64>,
                          into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
-        try rangedDownload(route: "files/download", arg: .object(["path": .string(path)]), range: range, into: consumer)
+        // A `rev:` path names the bytes it wants, and the answer's `Dropbox-API-Result` must be of
+        // that rev: a server that resolved it loosely would mix versions across a file's parts.
+        let rev = path.hasPrefix("rev:") ? String(path.dropFirst(4)) : nil
+        return try rangedDownload(route: "files/download", arg: .object(["path": .string(path)]), expectedRev: rev,
+                                  range: range, into: consumer)
     }
 
     /// `range` of a download-style route's file (`files/download`, `sharing/get_shared_link_file`),
     /// streamed to `consumer`: a 206 is checked and streamed, a whole-file 200 (a server that
-    /// ignores Range) is cut to the range, a cut body is resumed from where it stopped.
+    /// ignores Range) is cut to the range, a cut body is resumed from where it stopped, and a 206
+    /// that covers less than was asked is followed by a request for the rest.
     func rangedDownload(route: String, arg argument: JSONValue, expectedRev: String? = nil, range: Range<UInt64>,
                         into consumer: (UnsafeRawBufferPointer) -> Bool) throws(DropboxError) -> UInt64 {
         guard !range.isEmpty else { return 0 }
@@ -25,22 +30,29 @@ extension DropboxHTTPClient {
         let url = endpoints.url(endpoints.content, route: route)
         return try withoutActuallyEscaping(consumer) { consumer throws(DropboxError) -> UInt64 in
             let receiver = RangeReceiver(range: range, expectedRev: expectedRev, consumer: consumer)
-            let response: HTTPResponse
-            do throws(DropboxError) {
-                // A retry after a body was cut short asks only for the rest: `nextOffset` moves
-                // with every byte handed over, and each attempt's Range starts there.
-                response = try perform(route: route, auth: true, accept: [200, 206, 416], send: { request throws(DropboxError) in
-                    try receiver.attempt { () throws(DropboxError) in try self.transport.exchange(request, streamingTo: receiver) }
-                }) { token throws(DropboxError) in
-                    var headers = try commonHeaders(token: token)
-                    headers.append(("Dropbox-API-Arg", arg))
-                    headers.append(("Range", "bytes=\(receiver.nextOffset)-\(range.upperBound - 1)"))
-                    return HTTPRequest(method: .get, url: url, headers: headers, timeout: requestTimeout,
-                                       maxResponseBytes: Int(cap))
+            var response: HTTPResponse
+            repeat {
+                do throws(DropboxError) {
+                    // A retry after a body was cut short asks only for the rest: `nextOffset` moves
+                    // with every byte handed over, and each attempt's Range starts there.
+                    response = try perform(route: route, auth: true, accept: [200, 206, 416], send: { request throws(DropboxError) in
+                        try receiver.attempt { () throws(DropboxError) in try self.transport.exchange(request, streamingTo: receiver) }
+                    }) { token throws(DropboxError) in
+                        var headers = try commonHeaders(token: token)
+                        headers.append(("Dropbox-API-Arg", arg))
+                        headers.append(("Range", "bytes=\(receiver.nextOffset)-\(range.upperBound - 1)"))
+                        // File bytes as they are: a coded body would be handed on as content.
+                        headers.append(("Accept-Encoding", "identity"))
+                        return HTTPRequest(method: .get, url: url, headers: headers, timeout: requestTimeout,
+                                           maxResponseBytes: Int(cap))
+                    }
+                } catch let error where error.isRoute("range", "not_satisfiable") {
+                    return receiver.delivered
                 }
-            } catch let error where error.isRoute("range", "not_satisfiable") {
-                return receiver.delivered
-            }
+                // A 206 may enclose less than was asked (RFC 9110 §15.3.7: the client must see
+                // whether more requests are needed). Each such answer delivered at least a byte,
+                // so this ends.
+            } while receiver.endedShortOfRange
             // 200: a server that ignored Range sent the whole file, which the receiver streamed
             // through, handing on only the range (and stopping the transfer at its end).
             if receiver.finished || response.status == 206 || response.status == 200 { return receiver.delivered }
@@ -74,6 +86,8 @@ final class RangeReceiver: HTTPBodyReceiver {
     /// Bytes the current 206 promised, and how many of them arrived.
     private var promised: UInt64?
     private var received: UInt64 = 0
+    /// The current 206 stops before the range's end, and the file goes on (or its size is not given).
+    private var promisedShort = false
     /// A whole-file 200 is being streamed: its bytes before `nextOffset` are dropped. Its size
     /// from `Dropbox-API-Result`, when given.
     private var wholeFile = false
@@ -90,11 +104,18 @@ final class RangeReceiver: HTTPBodyReceiver {
 
     var nextOffset: UInt64 { range.lowerBound + delivered }
 
+    /// The last attempt's 206 delivered all it promised, which was less than the range: the rest
+    /// must be asked for.
+    var endedShortOfRange: Bool {
+        !finished && promisedShort && promised == received
+    }
+
     /// Runs one attempt. An answer that was streamed but ended short is a transport error, so the
     /// retry loop tries again (from `nextOffset`).
     func attempt(_ send: () throws(DropboxError) -> HTTPResponse) throws(DropboxError) -> HTTPResponse {
         problem = nil
         promised = nil
+        promisedShort = false
         received = 0
         wholeFile = false
         wholeFileSize = nil
@@ -117,6 +138,11 @@ final class RangeReceiver: HTTPBodyReceiver {
     }
 
     func responseStarted(status: Int, headers: [String: String]) -> HTTPBodyDisposition {
+        if status == 200 || status == 206, let coding = headers["content-encoding"]?.trimmingSpaces.lowercased(),
+           !coding.isEmpty, coding != "identity" {
+            problem = .malformedResponse("download: body sent with Content-Encoding \(coding.prefix(40)) though identity was asked for")
+            return .abort
+        }
         // What the answer says of the file: its rev (checked when the route could not be asked
         // for one) and, for a whole-file 200, its size.
         let result = status == 200 || status == 206 ? headers["dropbox-api-result"].map { header in
@@ -151,15 +177,12 @@ final class RangeReceiver: HTTPBodyReceiver {
             problem = .malformedResponse("download: asked for bytes \(first)-\(last), got \(cr.first)-\(cr.last)")
             return .abort
         }
-        if cr.last < last, let total = cr.total, total != cr.last + 1 {
-            problem = .malformedResponse("download: short range \(cr.first)-\(cr.last) of a \(total)-byte file")
-            return .abort
-        }
         if let total = cr.total, cr.last >= total {
             problem = .malformedResponse("download: range \(cr.first)-\(cr.last) beyond the \(total)-byte file")
             return .abort
         }
         promised = cr.last - cr.first + 1
+        promisedShort = cr.last < last && cr.total.map { $0 > cr.last + 1 } ?? true
         return .stream
     }
 
@@ -205,7 +228,8 @@ struct ContentRange: Equatable {
 
     static func parse(_ header: String) -> ContentRange? {
         let value = header.trimmingSpaces
-        guard value.hasPrefix("bytes ") else { return nil }
+        // The unit is case-insensitive (RFC 9110 §14.1).
+        guard value.prefix(6).lowercased() == "bytes " else { return nil }
         let spec = value.dropFirst(6)
         let halves = spec.split(separator: "/", omittingEmptySubsequences: false)
         guard halves.count == 2 else { return nil }
@@ -223,7 +247,7 @@ struct ContentRange: Equatable {
     /// The size in `bytes */size`, the form a 416 carries.
     static func unsatisfiedTotal(_ header: String) -> UInt64? {
         let value = header.trimmingSpaces
-        guard value.hasPrefix("bytes */") else { return nil }
+        guard value.prefix(8).lowercased() == "bytes */" else { return nil }
         return UInt64(value.dropFirst(8))
     }
 }

@@ -28,7 +28,15 @@ extension DropboxHTTPClient {
             if let until = pausedUntil.withLock({ $0 }), until > clock.now {
                 let wait = until - clock.now
                 let seconds = Double(wait.components.seconds) + Double(wait.components.attoseconds) * 1e-18
-                retryPolicy.sleep(min(seconds, max(0, remaining() - 1)))
+                if seconds >= remaining() {
+                    // Dropbox asked for a pause longer than this call may take. Waiting it out
+                    // only to send a request it asked not to get (which counts against the
+                    // limit) and then fail anyway is worse than failing now.
+                    let error = DropboxError.rateLimited(retryAfter: Int(seconds.rounded(.up)))
+                    logFailure(route: route, error: error, requestID: requestID, attempts: attempt)
+                    throw error
+                }
+                retryPolicy.sleep(seconds)
             }
             let token = auth ? try tokens.accessToken() : nil
             var request = try build(token)

@@ -52,6 +52,11 @@ public struct RetryPolicy: Sendable {
     /// One attempt, no waiting.
     public static let never = RetryPolicy(maxAttempts: 1)
 
+    /// curl's codes (the one transport's, `HTTPTransportError.failed`) for a server whose
+    /// certificate does not verify or a CA bundle that cannot be read: 58 (local certificate),
+    /// 60 (peer verification), 77 (CA file), 83 (issuer), 90 (pinned key), 91 (certificate status).
+    static let untrustedServerCodes: Set<Int> = [58, 60, 77, 83, 90, 91]
+
     /// Seconds to wait before trying again after `error` ended attempt number `attempt` (1-based),
     /// or nil to give up and throw it. `remaining` is what is left of the call's deadline;
     /// `transportFailures` counts the call's attempts so far that ended in a transport error.
@@ -61,6 +66,9 @@ public struct RetryPolicy: Sendable {
         if case .transport = error, transportFailures >= maxTransportAttempts { return nil }
         let wait: Double
         switch error {
+        case .transport(let code, _) where Self.untrustedServerCodes.contains(code):
+            // The server's certificate did not verify: asking again gets the same certificate.
+            return nil
         case .rateLimited(let retryAfter):
             // A little jitter on top, never below what the server asked.
             wait = Double(retryAfter) * Double.random(in: 1.0...1.1)

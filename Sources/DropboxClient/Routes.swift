@@ -36,8 +36,18 @@ extension DropboxHTTPClient {
     private func listFolderPage(_ body: [UInt8], cursorKnown: (String, Bool) -> Void) throws(DropboxError) -> ListFolderPage {
         let early = Decode.listFolderContinuation(body)
         if let early { cursorKnown(early.cursor, early.hasMore) }
-        let page = try Decode.listFolderPage(body)
+        let page = try decodedPage(body)
         if early == nil { cursorKnown(page.cursor, page.hasMore) }
+        return page
+    }
+
+    /// A `list_folder` page, with one log line for any entries it had to leave out.
+    func decodedPage(_ body: [UInt8]) throws(DropboxError) -> ListFolderPage {
+        let page = try Decode.listFolderPage(body)
+        if page.skippedEntries > 0 {
+            logger.warning("left out entries of a Dropbox listing that cannot be shown", metadata: [
+                "entries": "\(page.skippedEntries)", "first": "\(page.firstSkipReason ?? "")"])
+        }
         return page
     }
 

@@ -72,7 +72,7 @@ extension DropboxHTTPClient {
         var arg: JSONObject = ["path": .string(path), "recursive": .bool(false), "shared_link": .object(shared),
                                "include_non_downloadable_files": .bool(true)]
         if let limit { arg["limit"] = .int(min(max(limit, 1), 2000)) }
-        return try Decode.listFolderPage(try rpc("files/list_folder", .object(arg)))
+        return try decodedPage(try rpc("files/list_folder", .object(arg)))
     }
 
     /// `range` of the link's file (`path` nil) or of a file inside a folder link, streamed. The

@@ -111,8 +111,21 @@ struct DecodingTests {
         guard case .malformedResponse? = error else { Issue.record("got \(String(describing: error))"); return }
     }
 
+    @Test func timestampsInOtherRFC3339FormsAreRead() {
+        let dropbox = DropboxTimestamp.parse("2015-05-12T15:50:38Z")
+        #expect(dropbox == 1_431_445_838)
+        for same in ["2015-05-12T15:50:38.5Z", "2015-05-12T15:50:38.123456Z", "2015-05-12T15:50:38+00:00",
+                     "2015-05-12T17:50:38+02:00", "2015-05-12T15:20:38.9-00:30", "2015-05-12T15:50:38z"] {
+            #expect(DropboxTimestamp.parse(same) == dropbox, "\(same)")
+        }
+        for bad in ["2015-05-12T15:50:38.Z", "2015-05-12T15:50:38+0200", "2015-05-12T15:50:38+02:00Z",
+                    "2015-05-12T15:50:38", "2015-05-12T15:50:38.5", "2015-05-12T15:50:38+24:00"] {
+            #expect(DropboxTimestamp.parse(bad) == nil, "\(bad)")
+        }
+    }
+
     @Test func badTimestampsAreMalformed() throws {
-        for ts in ["2015-05-12T15:50:38.5Z", "2015-05-12", "1431445838", "2015-02-30T00:00:00Z"] {
+        for ts in ["2015-05-12T15:50:38.Z", "2015-05-12", "1431445838", "2015-02-30T00:00:00Z"] {
             let text = fileJSON.replacingFirst("2015-05-12T15:50:38Z", with: ts)
             let error = thrown { () throws(DropboxError) in try Decode.metadata(try Decode.json(Array(text.utf8), context: "t")) }
             guard case .malformedResponse(let what)? = error else { Issue.record("\(ts): \(String(describing: error))"); continue }
@@ -127,10 +140,21 @@ struct DecodingTests {
         #expect(page.entries.count == 2 && page.cursor == "AAA" && page.hasMore)
         for bad in [#"{"entries":[],"cursor":"","has_more":false}"#, #"{"entries":[],"has_more":false}"#,
                     #"{"entries":{},"cursor":"c","has_more":false}"#, #"{"entries":[],"cursor":"c","has_more":"no"}"#,
-                    #"{"entries":[{}],"cursor":"c","has_more":false}"#, "not json", ""] {
+                    "not json", ""] {
             let error = thrown { () throws(DropboxError) in try Decode.listFolderPage(Array(bad.utf8)) }
             guard case .malformedResponse? = error else { Issue.record("\(bad): \(String(describing: error))"); continue }
         }
+    }
+
+    @Test func entriesThatCannotBeShownAreLeftOutOfTheirPage() throws {
+        let page = try Decode.listFolderPage(Array("""
+            {"entries":[\(fileJSON),{".tag":"symlink","name":"s","id":"id:3"},{},
+             {".tag":"folder","name":"a/b","id":"id:4"},{".tag":"folder","name":"f","id":"id:2"}],
+             "cursor":"AAA","has_more":false}
+            """.utf8))
+        #expect(page.entries.map(\.name) == ["Prime_Numbers.txt", "f"])
+        #expect(page.skippedEntries == 3)
+        #expect(page.firstSkipReason?.contains("symlink") == true)
     }
 
     @Test func accountAndSpaceUsage() throws {
@@ -158,6 +182,8 @@ struct DecodingTests {
     @Test func longpollResult() throws {
         #expect(try Decode.longpoll(Array(#"{"changes":true}"#.utf8)) == LongpollResult(changes: true, backoff: nil))
         #expect(try Decode.longpoll(Array(#"{"changes":false,"backoff":60}"#.utf8)) == LongpollResult(changes: false, backoff: 60))
+        #expect(try Decode.longpoll(Array(#"{"changes":false,"backoff":1000000000000}"#.utf8))
+                == LongpollResult(changes: false, backoff: 900))
         let error = thrown { () throws(DropboxError) in try Decode.longpoll(Array(#"{"changes":false,"backoff":-1}"#.utf8)) }
         guard case .malformedResponse? = error else { Issue.record("\(String(describing: error))"); return }
     }

@@ -231,6 +231,18 @@ struct RefreshingAccessTokenFakeTests {
         #expect(request.header("Authorization") == nil)
     }
 
+    @Test(arguments: [("1e19", 365 * 86_400), ("1e400", nil), ("9223372036854775807", 365 * 86_400),
+                      ("-5", 0), ("14400.5", 14_400)] as [(String, Int?)])
+    func anyNumberAsALifetimeIsClampedNotTrapped(_ text: String, _ expected: Int?) throws {
+        let transport = FakeTransport { _, _ throws(HTTPTransportError) in
+            response(#"{"access_token":"sl.A","expires_in":\#(text)}"#)
+        }
+        let grant = try endpoint(transport).refresh(refreshToken: "r")
+        #expect(grant.expiresIn == expected)
+        let provider = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), retryPolicy: .fast)
+        #expect(try provider.accessToken() == "sl.A")
+    }
+
     @Test func transientFailuresAreRetried() throws {
         let transport = FakeTransport(script: [
             .success(response(503, "busy")),

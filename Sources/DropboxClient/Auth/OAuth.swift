@@ -76,12 +76,20 @@ public struct OAuthTokenEndpoint: Sendable {
             throw .malformedResponse("oauth2/token: no access_token in the answer")
         }
         var expiresIn: Int?
-        if case .number(let text)? = json?["expires_in"] { expiresIn = Int(text) ?? Double(text).map { Int($0) } }
+        if case .number(let text)? = json?["expires_in"] { expiresIn = Self.lifetime(text) }
         var refresh: String?
         if case .string(let r)? = json?["refresh_token"], !r.isEmpty { refresh = r }
         var accountID: String?
         if case .string(let a)? = json?["account_id"] { accountID = a }
         return TokenGrant(accessToken: access, refreshToken: refresh, expiresIn: expiresIn, accountID: accountID)
+    }
+
+    /// `expires_in` as whole seconds within zero and a year. RFC 6749 says only that it is a
+    /// number: `1e19`, `1e400` or a fraction must neither trap a conversion nor overflow the
+    /// clock arithmetic the lifetime goes into; a token that outlives a year is refreshed yearly.
+    static func lifetime(_ text: String) -> Int? {
+        guard let seconds = Double(text), seconds.isFinite else { return nil }
+        return Int(min(max(seconds, 0), 365 * 86_400))
     }
 
     /// The endpoint's 400 `{"error":"invalid_grant","error_description":...}` becomes an auth error

@@ -15,6 +15,11 @@ enum ErrorDecoding {
         case 401: return authError(response)
         case 400: return .badInput(text(response.body))
         case 429: return .rateLimited(retryAfter: retryAfter(response))
+        case 503 where retryAfterHeader(response) != nil:
+            // A 503 that says when to come back is a request to wait, as the Java SDK reads it
+            // (`DbxRequestUtil.unexpectedStatus`): backing off half a second would ask again
+            // many times inside the wait.
+            return .rateLimited(retryAfter: retryAfterHeader(response)!)
         case 500...599: return .server(status: status, body: text(response.body))
         default: return .unexpectedStatus(status, body: text(response.body))
         }
@@ -92,18 +97,23 @@ enum ErrorDecoding {
 
     /// `Retry-After` (integer seconds) first, then the JSON `error.retry_after`, else 5 s (py).
     static func retryAfter(_ response: HTTPResponse) -> Int {
-        if let header = response.headers["retry-after"] {
-            let trimmed = header.trimmingSpaces
-            if let seconds = Int(trimmed) { return clampRetryAfter(seconds) }
-            if let seconds = Double(trimmed), seconds.isFinite {
-                // Clamped as a Double first: Int(1e20) traps, and a header must not crash the mount.
-                return clampRetryAfter(Int(min(max(seconds, 0), 86_400).rounded(.up)))
-            }
-        }
+        if let seconds = retryAfterHeader(response) { return seconds }
         if case .number(let text)? = parsed(response)?["error"]?["retry_after"], let seconds = Int(text) {
             return clampRetryAfter(seconds)
         }
         return defaultRetryAfter
+    }
+
+    /// `Retry-After` in seconds (whole or not), clamped; nil when absent or an HTTP date.
+    static func retryAfterHeader(_ response: HTTPResponse) -> Int? {
+        guard let header = response.headers["retry-after"] else { return nil }
+        let trimmed = header.trimmingSpaces
+        if let seconds = Int(trimmed) { return clampRetryAfter(seconds) }
+        if let seconds = Double(trimmed), seconds.isFinite {
+            // Clamped as a Double first: Int(1e20) traps, and a header must not crash the mount.
+            return clampRetryAfter(Int(min(max(seconds, 0), 86_400).rounded(.up)))
+        }
+        return nil
     }
 
     /// A day at most: a hostile or broken value must not park a thread for years.

@@ -103,9 +103,10 @@ struct JSONFields {
 
 /// Dropbox's `Timestamp("%Y-%m-%dT%H:%M:%SZ")`, always UTC (docs/dropbox-api.md §2).
 public enum DropboxTimestamp {
-    /// Parses exactly `YYYY-MM-DDTHH:MM:SSZ` into seconds since the Unix epoch. Anything else
-    /// (fractions, offsets, out-of-range fields such as February 30) gives nil, as py's `strptime`
-    /// would refuse it.
+    /// Parses `YYYY-MM-DDTHH:MM:SSZ`, Dropbox's one form, into seconds since the Unix epoch. Two
+    /// RFC 3339 variants another server may write are read too: a fraction of a second (dropped,
+    /// as the mount shows whole seconds) and a `+HH:MM`/`-HH:MM` offset instead of `Z` (Python's
+    /// `isoformat()` writes `+00:00`). Anything else (a date alone, a number, February 30) is nil.
     public static func parse(_ text: String) -> UnixSeconds? {
         var text = text
         // Every entry of a listing carries two timestamps: read them in place, not as a copy.
@@ -113,9 +114,17 @@ public enum DropboxTimestamp {
     }
 
     private static func parse(utf8 b: UnsafeBufferPointer<UInt8>) -> UnixSeconds? {
-        guard b.count == 20, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: "T"),
-              b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":"), b[19] == UInt8(ascii: "Z")
+        guard b.count >= 20, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: "T"),
+              b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":")
         else { return nil }
+        // After the seconds: an optional fraction, then `Z` or an offset, then nothing.
+        var zone = 19
+        if b[zone] == UInt8(ascii: ".") {
+            zone += 1
+            let digits = zone
+            while zone < b.count, b[zone] >= UInt8(ascii: "0"), b[zone] <= UInt8(ascii: "9") { zone += 1 }
+            guard zone > digits, zone < b.count else { return nil }
+        }
         func number(_ from: Int, _ count: Int) -> Int64? {
             var n: Int64 = 0
             for c in b[from..<(from + count)] {
@@ -129,7 +138,19 @@ public enum DropboxTimestamp {
               (1...12).contains(month), day >= 1, day <= daysInMonth(year: year, month: month),
               hour <= 23, minute <= 59, second <= 60  // 60: a leap second, as strptime allows
         else { return nil }
-        return daysFromCivil(year: year, month: month, day: day) * 86_400 + hour * 3600 + minute * 60 + second
+        var offset: Int64 = 0
+        switch b[zone] {
+        case UInt8(ascii: "Z"), UInt8(ascii: "z"):
+            guard zone + 1 == b.count else { return nil }
+        case UInt8(ascii: "+"), UInt8(ascii: "-"):
+            guard zone + 6 == b.count, b[zone + 3] == UInt8(ascii: ":"),
+                  let hours = number(zone + 1, 2), let minutes = number(zone + 4, 2), hours <= 23, minutes <= 59
+            else { return nil }
+            offset = (hours * 3600 + minutes * 60) * (b[zone] == UInt8(ascii: "+") ? 1 : -1)
+        default:
+            return nil
+        }
+        return daysFromCivil(year: year, month: month, day: day) * 86_400 + hour * 3600 + minute * 60 + second - offset
     }
 
     /// The inverse of `parse`, for tests and logs.
@@ -179,6 +200,9 @@ public enum DropboxTimestamp {
 }
 
 enum Decode {
+    /// Seconds: the most of a longpoll's `backoff` the change feed honours.
+    static let longestLongpollBackoff: UInt64 = 900
+
     static func json(_ body: [UInt8], context: String) throws(DropboxError) -> JSONValue {
         do {
             return try JSONReader.parse(body)
@@ -222,13 +246,25 @@ enum Decode {
         let f = try JSONFields(try json(body, context: "list_folder"), context: "list_folder")
         let entries = try f.array("entries")
         var decoded: [Metadata] = []
+        var skipped = 0
+        var firstSkipReason: String?
         decoded.reserveCapacity(entries.count)
         for (i, entry) in entries.enumerated() {
-            decoded.append(try metadata(entry, context: "list_folder entry \(i)"))
+            // `Metadata` is a closed union in the spec, but a server may grow it, and a name with
+            // a slash cannot be shown: the entry is left out (and logged by the caller) rather
+            // than failing the page, which would fail every listing of the folder, or the whole
+            // account's first listing, for as long as the entry exists.
+            do throws(DropboxError) {
+                decoded.append(try metadata(entry, context: "list_folder entry \(i)"))
+            } catch {
+                skipped += 1
+                if firstSkipReason == nil { firstSkipReason = "\(error)" }
+            }
         }
         let cursor = try f.string("cursor")
         guard !cursor.isEmpty else { throw .malformedResponse("list_folder: empty cursor") }
-        return ListFolderPage(entries: decoded, cursor: cursor, hasMore: try f.bool("has_more"))
+        return ListFolderPage(entries: decoded, cursor: cursor, hasMore: try f.bool("has_more"),
+                              skippedEntries: skipped, firstSkipReason: firstSkipReason)
     }
 
     /// A page's cursor and `has_more`, read before its entries are decoded, so that the next page
@@ -250,7 +286,9 @@ enum Decode {
 
     static func longpoll(_ body: [UInt8]) throws(DropboxError) -> LongpollResult {
         let f = try JSONFields(try json(body, context: "longpoll"), context: "longpoll")
-        let backoff = try f.optionalUInt64("backoff").map { Int(clamping: $0) }
+        // Dropbox asks for a minute or a few; a hostile or broken value must not stop the change
+        // feed for the life of the mount, so more than 15 minutes is taken as 15.
+        let backoff = try f.optionalUInt64("backoff").map { Int(min($0, Self.longestLongpollBackoff)) }
         return LongpollResult(changes: try f.bool("changes"), backoff: backoff)
     }
 

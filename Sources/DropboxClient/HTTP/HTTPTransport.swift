@@ -39,9 +39,12 @@ public struct HTTPResponse: Sendable {
 
 /// Why a transport has no response to give.
 public enum HTTPTransportError: Error, Sendable, Equatable {
-    /// No complete response arrived: connection refused, timeout, TLS, a body cut short or larger
-    /// than allowed. `code` is the transport's own code (curl's CURLcode for `CurlTransport`).
+    /// No complete response arrived: connection refused, timeout, TLS, a body cut short. `code`
+    /// is the transport's own code (curl's CURLcode for `CurlTransport`).
     case failed(code: Int, message: String)
+    /// The answer's headers or body were larger than the request allows: the server answered,
+    /// so this is not a failure to reach it, and asking again would get the same.
+    case tooLarge(String)
     /// The request cannot be sent as it stands (a header with a control character in it).
     case invalidRequest(String)
     /// The body's receiver stopped the transfer (`HTTPBodyDisposition.abort`, or `receive` false).
