@@ -1,7 +1,9 @@
 // Dropbox's thumbnails in the freedesktop.org thumbnail cache (Thumbnail Managing Standard), where
 // GIO (Nautilus, `gio info`), tumbler (Thunar) and KIO (Dolphin) look before they read an image
 // (docs/dropbox-api.md §9 says what each of them checks):
-// - `<dir>/{normal,large,x-large}/<md5 of the file's URI>.png`, directories 0700, files 0600;
+// - `<dir>/{normal,large,x-large}/<md5 of the file's URI>.png`, directories 0700, files 0600, for
+//   each URI a file manager may use (GLib's and Qt's escaping, the mount point as given and as
+//   resolved), and no out-of-date `xx-large` entry left to hide them;
 // - PNG tEXt `Thumb::URI` (the URI exactly as GLib writes it), `Thumb::MTime` (whole seconds, as
 //   `stat` shows them on the mount: GIO compares digits, tumbler compares a double), `Thumb::Size`
 //   and `Thumb::Mimetype`;
@@ -16,17 +18,27 @@ import Logging
 public final class FreedesktopThumbnailStore: ThumbnailStore {
     /// The cache's root, e.g. `~/.cache/thumbnails`.
     public let directory: String
-    /// The mount point, absolute and with symlinks resolved: URIs are of paths under it.
-    public let mountPoint: String
+    /// The mount point's absolute paths, symlinks resolved first: URIs are of paths under each.
+    public let mountPoints: [String]
     private let owner: (uid: uid_t, gid: gid_t)?
     private let logger: Logger
 
-    /// - Parameter owner: who the files are for, when that is not the process's user (root
-    ///   mounting with `-o uid=`); nil leaves them the process's.
-    public init(directory: String, mountPoint: String, owner: (uid: uid_t, gid: gid_t)? = nil,
-                logger: Logger = Logger(label: "dbx-mount.thumbnails")) {
+    /// - Parameters:
+    ///   - mountPoint: absolute, with symlinks resolved: the path KIO (which resolves them) and
+    ///     `/proc/mounts` use.
+    ///   - alsoReachedAs: other absolute paths of the mount point, such as the one the user gave
+    ///     through a symlink: GIO and Thunar file a thumbnail under the path as browsed.
+    ///   - owner: who the files are for, when that is not the process's user (root mounting with
+    ///     `-o uid=`); nil leaves them the process's.
+    public init(directory: String, mountPoint: String, alsoReachedAs: [String] = [],
+                owner: (uid: uid_t, gid: gid_t)? = nil, logger: Logger = Logger(label: "dbx-mount.thumbnails")) {
         self.directory = directory
-        self.mountPoint = mountPoint.count > 1 && mountPoint.hasSuffix("/") ? String(mountPoint.dropLast()) : mountPoint
+        var mountPoints: [String] = []
+        for path in [mountPoint] + alsoReachedAs {
+            let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+            if !mountPoints.contains(trimmed) { mountPoints.append(trimmed) }
+        }
+        self.mountPoints = mountPoints
         self.owner = owner
         self.logger = logger
     }
@@ -37,45 +49,107 @@ public final class FreedesktopThumbnailStore: ThumbnailStore {
         return home + "/.cache/thumbnails"
     }
 
-    /// The URI a file manager uses for `target`.
-    public func uri(of target: ThumbnailTarget) -> String {
-        FileURI.of(mountPoint + target.relativePath)
+    /// `path` made absolute against `directory` and tidied as GLib's `g_canonicalize_filename`
+    /// does (no `.`, `..` or doubled slashes; symlinks left as they are): the mount point's path
+    /// as a file manager browsing to it writes it.
+    public static func absolute(_ path: String, in directory: String) -> String {
+        var parts: [Substring] = []
+        for part in ((path.hasPrefix("/") ? "" : directory + "/") + path).split(separator: "/") {
+            switch part {
+            case ".": continue
+            case "..": _ = parts.popLast()
+            default: parts.append(part)
+            }
+        }
+        return "/" + parts.joined(separator: "/")
     }
 
-    /// Where `target`'s `flavor` thumbnail lives.
-    public func path(of target: ThumbnailTarget, flavor: ThumbnailFlavor) -> String {
-        let digest = Insecure.MD5.hash(data: Array(uri(of: target).utf8))
-        let hex = digest.map { String(format: "%02x", $0) }.joined()
-        return directory + "/" + flavor.rawValue + "/" + hex + ".png"
+    /// The URI GIO uses for `target` under the mount point with symlinks resolved.
+    public func uri(of target: ThumbnailTarget) -> String {
+        FileURI.of(mountPoints[0] + target.relativePath)
     }
+
+    /// Every URI a file manager may file `target` under: GLib's and Qt's forms of its path under
+    /// each of the mount point's paths. Usually one; entries are written for each.
+    public func uris(of target: ThumbnailTarget) -> [String] {
+        var uris: [String] = []
+        for mountPoint in mountPoints {
+            let path = mountPoint + target.relativePath
+            for uri in [FileURI.of(path), FileURI.qtForm(of: path)] where !uris.contains(uri) { uris.append(uri) }
+        }
+        return uris
+    }
+
+    /// Where `target`'s `flavor` thumbnail lives, under the URI GIO uses.
+    public func path(of target: ThumbnailTarget, flavor: ThumbnailFlavor) -> String {
+        path(ofURI: uri(of: target), in: flavor.rawValue)
+    }
+
+    /// `<directory>/<size folder>/<md5 of uri>.png`.
+    func path(ofURI uri: String, in sizeFolder: String) -> String {
+        let digest = Insecure.MD5.hash(data: Array(uri.utf8))
+        let hex = digest.map { String(format: "%02x", $0) }.joined()
+        return directory + "/" + sizeFolder + "/" + hex + ".png"
+    }
+
+    /// The folder of the size above x-large, which dbx-mount does not write: GIO looks there
+    /// first and reports only what it finds there, so an out-of-date entry in it would hide the
+    /// fresh smaller ones (and Thunar and Dolphin use it at their largest zoom).
+    static let xxLarge = "xx-large"
 
     public func hasCurrent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool {
-        let expected = texts(for: target)
-        return flavors.allSatisfy { flavor in
-            // The text chunks come before the image data, within the first few KiB.
-            guard let handle = FileHandle(forReadingAtPath: path(of: target, flavor: flavor)) else { return false }
-            defer { try? handle.close() }
-            guard let head = try? handle.read(upToCount: 16 << 10), let found = try? PNGText.texts(in: Array(head))
-            else { return false }
-            return expected.allSatisfy { found[$0.0] == $0.1 }
+        uris(of: target).allSatisfy { uri in
+            let expected = texts(for: target, uri: uri)
+            return flavors.allSatisfy { entry(at: path(ofURI: uri, in: $0.rawValue), expected: expected) == .current }
+                && entry(at: path(ofURI: uri, in: Self.xxLarge), expected: expected) != .stale
         }
+    }
+
+    public func isPresent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool {
+        uris(of: target).allSatisfy { uri in
+            flavors.allSatisfy { access(path(ofURI: uri, in: $0.rawValue), F_OK) == 0 }
+        }
+    }
+
+    enum Entry: Equatable { case missing, current, stale }
+
+    /// Whether the entry at `path` exists and carries `expected`.
+    private func entry(at path: String, expected: [(String, String)]) -> Entry {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return errno == ENOENT ? .missing : .stale }
+        defer { try? handle.close() }
+        // The text chunks come right after the header, within the first few hundred bytes.
+        guard let head = try? handle.read(upToCount: 16 << 10), let found = try? PNGText.texts(in: Array(head))
+        else { return .stale }
+        return expected.allSatisfy { found[$0.0] == $0.1 } ? .current : .stale
     }
 
     public func save(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError) {
-        let stamped: [UInt8]
-        do {
-            stamped = try PNGText.adding(texts(for: target) + [("Software", "dbx-mount")], to: png)
-        } catch {
-            throw .entry("Dropbox's thumbnail is not a PNG (\(error))")
-        }
         let folder = directory + "/" + flavor.rawValue
         try makeDirectory(directory)
         try makeDirectory(folder)
-        let final = path(of: target, flavor: flavor)
+        for uri in uris(of: target) {
+            let expected = texts(for: target, uri: uri)
+            let stamped: [UInt8]
+            do {
+                stamped = try PNGText.adding(expected + [("Software", "dbx-mount")], to: png)
+            } catch {
+                throw .entry("Dropbox's thumbnail is not a PNG (\(error))")
+            }
+            try writeEntry(stamped, to: path(ofURI: uri, in: flavor.rawValue), folder: folder)
+            if flavor == .xLarge {
+                let larger = path(ofURI: uri, in: Self.xxLarge)
+                if entry(at: larger, expected: expected) == .stale { unlink(larger) }
+            }
+        }
+    }
+
+    /// Writes `bytes` to a temporary file in `folder` and renames it to `final`, so a reader never
+    /// sees half a thumbnail.
+    private func writeEntry(_ bytes: [UInt8], to final: String, folder: String) throws(ThumbnailStoreError) {
         let temporary = folder + "/.dbx-mount-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).png"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw classify(errno, doing: "create \(temporary)") }
-        var ok = stamped.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == stamped.count
+        var ok = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count
         if ok, let owner { ok = fchown(fd, owner.uid, owner.gid) == 0 }
         close(fd)
         guard ok, rename(temporary, final) == 0 else {
@@ -85,9 +159,9 @@ public final class FreedesktopThumbnailStore: ThumbnailStore {
         }
     }
 
-    /// The keys a valid entry carries, in the order they are written.
-    private func texts(for target: ThumbnailTarget) -> [(String, String)] {
-        [("Thumb::URI", uri(of: target)), ("Thumb::MTime", String(target.modified)),
+    /// The keys a valid entry under `uri` carries, in the order they are written.
+    private func texts(for target: ThumbnailTarget, uri: String) -> [(String, String)] {
+        [("Thumb::URI", uri), ("Thumb::MTime", String(target.modified)),
          ("Thumb::Size", String(target.size)), ("Thumb::Mimetype", target.mimeType)]
     }
 

@@ -31,10 +31,12 @@ enum PNGText {
         return out
     }
 
-    /// The tEXt chunks before the image data, as keyword to value.
+    /// The tEXt chunks before the image data, as keyword to value. `png` may be only the file's
+    /// head: the walk ends at the first chunk that runs past it (an image-data chunk of 32 or
+    /// 64 KiB, as many encoders write, or a colour profile), keeping what came before.
     static func texts(in png: [UInt8]) throws(Problem) -> [String: String] {
         var found: [String: String] = [:]
-        for chunk in try chunks(png, stopAt: "IDAT") where chunk.type == "tEXt" {
+        for chunk in try chunks(png, stopAt: "IDAT", head: true) where chunk.type == "tEXt" {
             let data = png[chunk.data]
             guard let zero = data.firstIndex(of: 0) else { continue }
             found[String(decoding: data[data.startIndex..<zero], as: UTF8.self)] =
@@ -49,17 +51,24 @@ enum PNGText {
         var whole: Range<Int>
     }
 
-    /// The chunks of `png`, up to (not including) the first of type `stopAt`, or all of them.
-    private static func chunks(_ png: [UInt8], stopAt: String? = nil) throws(Problem) -> [Chunk] {
+    /// The chunks of `png`, up to (not including) the first of type `stopAt`, or all of them. With
+    /// `head`, `png` is the start of a file, and a chunk that runs past its end ends the list.
+    private static func chunks(_ png: [UInt8], stopAt: String? = nil, head: Bool = false) throws(Problem) -> [Chunk] {
         guard png.count >= 8, Array(png[0..<8]) == signature else { throw .notPNG }
         var chunks: [Chunk] = []
         var at = 8
         while at < png.count {
-            guard at + 12 <= png.count else { throw .truncated }
+            guard at + 12 <= png.count else {
+                if head { break }
+                throw .truncated
+            }
             let length = png[at..<at + 4].reduce(0) { $0 << 8 | Int($1) }
             let type = String(decoding: png[at + 4..<at + 8], as: UTF8.self)
-            guard length <= png.count - at - 12 else { throw .truncated }
             if type == stopAt { break }
+            guard length <= png.count - at - 12 else {
+                if head { break }
+                throw .truncated
+            }
             chunks.append(Chunk(type: type, data: at + 8..<at + 8 + length, whole: at..<at + 12 + length))
             at += 12 + length
             if type == "IEND" { break }

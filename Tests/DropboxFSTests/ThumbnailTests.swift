@@ -20,6 +20,13 @@ final class MemoryThumbnailStore: ThumbnailStore {
         entries.withLock { e in flavors.allSatisfy { e[key(target, $0)]?.modified == target.modified && e[key(target, $0)]?.rev == target.rev } }
     }
 
+    func isPresent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool {
+        entries.withLock { e in flavors.allSatisfy { e[key(target, $0)] != nil } }
+    }
+
+    /// What clearing the cache by hand does.
+    func removeAll() { entries.withLock { $0.removeAll() } }
+
     func save(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError) {
         if unwritable.withLock({ $0 }) { throw .unwritable("read-only test store") }
         entries.withLock { $0[key(target, flavor)] = Entry(rev: target.rev, modified: target.modified, png: png) }
@@ -41,6 +48,10 @@ final class StoreWithFirstCheckHook: ThumbnailStore {
     func hasCurrent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool {
         beforeFirstCheck.withLock { hook in defer { hook.run = nil }; return hook.run }?()
         return base.hasCurrent(target, flavors: flavors)
+    }
+
+    func isPresent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool {
+        base.isPresent(target, flavors: flavors)
     }
 
     func save(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError) {
@@ -88,6 +99,19 @@ struct ThumbnailTests {
 
         try openFolder(fs, "Photos")
         #expect(dropbox.counters.thumbnailCalls == 9, "a second listing asks for nothing")
+    }
+
+    @Test func thumbnailsRemovedUnderARunningMountAreFetchedAgainWhenTheFolderIsOpened() throws {
+        photos(3)
+        let fs = makeFS()
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailEntries == 3 * 3)
+        store.removeAll()   // rm -r ~/.cache/thumbnails, or a housekeeping tool
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailEntries == 2 * 3 * 3, "every removed entry is asked for again")
+        #expect(store.count == 3 * 3)
+        try openFolder(fs, "Photos")
+        #expect(dropbox.counters.thumbnailEntries == 2 * 3 * 3, "and only once")
     }
 
     @Test func foldersWithoutImagesCostNothing() throws {

@@ -6,6 +6,7 @@ that no photo was downloaded to get there.
 """
 import math
 import os
+import shutil
 import struct
 import subprocess
 import time
@@ -121,6 +122,31 @@ def test_ls_fills_the_cache_gio_trusts_without_downloading_a_photo(photos):
         assert wait_for(lambda: os.stat(mounted).st_mtime == 1_750_000_000, 5), "the feed reports the new mtime"
         assert wait_for(lambda: gio_thumbnail(mounted, cache_home)[1], 5), "GIO trusts the new thumbnail"
         assert stats(emulator).get("files/download", 0) == 0
+    finally:
+        mount.unmount()
+
+
+def test_a_mount_point_named_through_a_symlink_and_a_cache_cleared_under_the_mount(photos):
+    """GIO files a thumbnail under the path as browsed, symlinks and all; and a cache removed while
+    the mount runs is filled again the next time the folder is opened."""
+    _, emulator, tmp = photos
+    (tmp / "real").mkdir()
+    (tmp / "link").symlink_to(tmp / "real")
+    cache_home = tmp / "cache"
+    mount = Mount(emulator, tmp / "link" / "mnt", "--thumbnails", cache_home=cache_home)
+    try:
+        for folder in (tmp / "link" / "mnt" / "Photos", tmp / "real" / "mnt" / "Photos"):
+            subprocess.run(["ls", str(folder)], capture_output=True, check=True)
+            found, valid = gio_thumbnail(folder / "IMG_0003.png", cache_home)
+            assert found and valid, f"GIO does not trust the thumbnail under {folder}: {found}"
+        calls = thumbnail_calls(emulator)
+        shutil.rmtree(cache_home / "thumbnails")
+        folder = tmp / "link" / "mnt" / "Photos"
+        subprocess.run(["ls", str(folder)], capture_output=True, check=True)
+        assert thumbnail_calls(emulator) > calls, "the removed entries were asked for again"
+        found, valid = gio_thumbnail(folder / "IMG_0003.png", cache_home)
+        assert found and valid, f"GIO does not trust the thumbnail after the cache was cleared: {found}"
+        assert stats(emulator).get("files/download", 0) == 0, "no photo was downloaded"
     finally:
         mount.unmount()
 

@@ -41,7 +41,72 @@ struct ThumbnailCacheTests {
         #expect(texts["Thumb::MTime"] == "5")
         #expect(texts["Note"] == "replaced", "an earlier chunk with the same keyword is left out")
         #expect(throws: PNGText.Problem.notPNG) { try PNGText.adding([], to: Array("GIF89a".utf8)) }
-        #expect(throws: PNGText.Problem.truncated) { try PNGText.texts(in: Array(png.prefix(20))) }
+        #expect(throws: PNGText.Problem.notPNG) { try PNGText.texts(in: Array("GIF89a".utf8)) }
+        // A file's head: the walk ends where a chunk runs past it, keeping the texts before.
+        #expect(try PNGText.texts(in: Array(png.prefix(20))) == [:])
+        #expect(try PNGText.texts(in: Array(stamped.prefix(stamped.count - 20)))["Thumb::URI"] == "file:///a")
+    }
+
+    @Test func anEntryWhoseImageDataComesInOneLargeChunkIsStillCurrent() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // Many encoders write one 32 or 64 KiB IDAT chunk, more than the 16 KiB head that is read.
+        var large = Array(png.prefix(33))   // signature and IHDR
+        var idat = Array("IDAT".utf8) + [UInt8](repeating: 7, count: 40_000)
+        large += [0, 0, 0x9C, 0x40] + idat
+        let crc = CRC32.of(idat)
+        large += [UInt8(crc >> 24), UInt8(crc >> 16 & 0xFF), UInt8(crc >> 8 & 0xFF), UInt8(crc & 0xFF)]
+        idat = Array("IEND".utf8)
+        large += [0, 0, 0, 0] + idat + [0xAE, 0x42, 0x60, 0x82]
+        let store = FreedesktopThumbnailStore(directory: directory + "/thumbnails", mountPoint: "/mnt")
+        let photo = target("/big.jpg")
+        try store.save(large, flavor: .normal, for: photo)
+        #expect(store.hasCurrent(photo, flavors: [.normal]))
+    }
+
+    @Test func entriesAreWrittenUnderEveryURIAFileManagerMayUse() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = FreedesktopThumbnailStore(directory: directory + "/thumbnails", mountPoint: "/srv/dropbox",
+                                              alsoReachedAs: ["/home/jens/Dropbox", "/srv/dropbox/"])
+        let photo = target("/a [1];b.jpg")
+        #expect(store.uris(of: photo) == [
+            "file:///srv/dropbox/a%20%5B1%5D%3Bb.jpg", "file:///srv/dropbox/a%20[1];b.jpg",   // GLib's, then Qt's (Dolphin)
+            "file:///home/jens/Dropbox/a%20%5B1%5D%3Bb.jpg", "file:///home/jens/Dropbox/a%20[1];b.jpg",
+        ])
+        #expect(store.uris(of: target("/plain.jpg")).count == 2, "one URI per path where both escape alike")
+        try store.save(png, flavor: .normal, for: photo)
+        for uri in store.uris(of: photo) {
+            let path = store.path(ofURI: uri, in: "normal")
+            let texts = try PNGText.texts(in: Array(try Data(contentsOf: URL(fileURLWithPath: path))))
+            #expect(texts["Thumb::URI"] == uri)
+        }
+        #expect(store.hasCurrent(photo, flavors: [.normal]) && store.isPresent(photo, flavors: [.normal]))
+        unlink(store.path(ofURI: store.uris(of: photo)[3], in: "normal"))
+        #expect(!store.hasCurrent(photo, flavors: [.normal]) && !store.isPresent(photo, flavors: [.normal]))
+        #expect(FreedesktopThumbnailStore.absolute("../b/./c//d/", in: "/home/jens/a") == "/home/jens/b/c/d")
+        #expect(FreedesktopThumbnailStore.absolute("/x/../y", in: "/ignored") == "/y")
+    }
+
+    @Test func anOutOfDateXXLargeEntryIsRemovedSoItCannotHideTheFreshOnes() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = FreedesktopThumbnailStore(directory: directory + "/thumbnails", mountPoint: "/mnt")
+        let old = target("/p.jpg", modified: 1_600_000_000), photo = target("/p.jpg")
+        // What a file manager made itself at its largest zoom, of an earlier version of the file.
+        try FileManager.default.createDirectory(atPath: directory + "/thumbnails/xx-large", withIntermediateDirectories: true)
+        let larger = store.path(ofURI: store.uri(of: photo), in: "xx-large")
+        FileManager.default.createFile(atPath: larger, contents: Data(try PNGText.adding([
+            ("Thumb::URI", store.uri(of: old)), ("Thumb::MTime", String(old.modified)),
+            ("Thumb::Size", String(old.size)), ("Thumb::Mimetype", old.mimeType)], to: png)))
+        for flavor in ThumbnailFlavor.allCases where flavor != .xLarge { try store.save(png, flavor: flavor, for: photo) }
+        #expect(!store.hasCurrent(photo, flavors: ThumbnailFlavor.allCases), "the stale larger entry counts against")
+        try store.save(png, flavor: .xLarge, for: photo)
+        #expect(!FileManager.default.fileExists(atPath: larger))
+        #expect(store.hasCurrent(photo, flavors: ThumbnailFlavor.allCases))
+        // A current one is the file manager's own, and stays.
+        FileManager.default.createFile(atPath: larger, contents: Data(try PNGText.adding([
+            ("Thumb::URI", store.uri(of: photo)), ("Thumb::MTime", String(photo.modified)),
+            ("Thumb::Size", String(photo.size)), ("Thumb::Mimetype", photo.mimeType)], to: png)))
+        try store.save(png, flavor: .xLarge, for: photo)
+        #expect(FileManager.default.fileExists(atPath: larger))
     }
 
     @Test func savedEntriesCarryWhatGIOAndTumblerCheck() throws {

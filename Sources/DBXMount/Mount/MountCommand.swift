@@ -307,7 +307,7 @@ struct MountCommand: ParsableCommand {
             fail("the cache \(error); give this mount its own --cache-dir or --block-cache-dir, or --no-cache", code: 1)
         }
         let thumbnailStore = thumbnails || options.settings["thumbnails"] != nil
-            ? try thumbnailCache(mountpoint: absoluteMountpoint, uid: filesystemOptions.uid, gid: filesystemOptions.gid,
+            ? try thumbnailCache(mountpoint: absoluteMountpoint, namedAs: mountpoint, uid: filesystemOptions.uid, gid: filesystemOptions.gid,
                                  options: options, environment: environment, logger: logger)
             : nil
         let filesystem = DropboxFilesystem(api: MeteredDropboxAPI(api, meter: meter), options: filesystemOptions,
@@ -373,9 +373,17 @@ struct MountCommand: ParsableCommand {
 
     /// The freedesktop thumbnail cache of the user the files are shown to: the mounting user's, or,
     /// when root mounts with `-o uid=` for someone else, that user's (and the files are theirs).
-    /// `mountpoint` is absolute: the thumbnails are filed under the files' absolute URIs.
-    private func thumbnailCache(mountpoint: String, uid: UInt32, gid: UInt32, options: MountOptionList,
-                                environment: [String: String], logger: Logger) throws(UsageError) -> FreedesktopThumbnailStore {
+    /// `mountpoint` is absolute: the thumbnails are filed under the files' absolute URIs, and also
+    /// under the mount point as the user named it when that path goes through a symlink (a file
+    /// manager browsing there files thumbnails under the path as browsed).
+    private func thumbnailCache(mountpoint: String, namedAs given: String, uid: UInt32, gid: UInt32,
+                                options: MountOptionList, environment: [String: String],
+                                logger: Logger) throws(UsageError) -> FreedesktopThumbnailStore {
+        var named: [String] = []
+        if let cwd = getcwd(nil, 0) {
+            named.append(FreedesktopThumbnailStore.absolute(given, in: String(cString: cwd)))
+            free(cwd)
+        }
         let forAnotherUser = uid != getuid()
         var directory = thumbnailDir ?? options.settings["thumbnail_dir"]
         if directory == nil {
@@ -391,7 +399,7 @@ struct MountCommand: ParsableCommand {
         guard let directory, directory.hasPrefix("/") else {
             throw UsageError("--thumbnails needs a thumbnail directory: pass --thumbnail-dir (or -o thumbnail_dir=)")
         }
-        return FreedesktopThumbnailStore(directory: directory, mountPoint: mountpoint,
+        return FreedesktopThumbnailStore(directory: directory, mountPoint: mountpoint, alsoReachedAs: named,
                                          owner: forAnotherUser && getuid() == 0 ? (uid, gid) : nil, logger: logger)
     }
 

@@ -53,6 +53,9 @@ public enum ThumbnailStoreError: Error, Sendable, Equatable {
 public protocol ThumbnailStore: Sendable {
     /// True when every one of `flavors` of `target` is saved and matches its URI, mtime and size.
     func hasCurrent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool
+    /// True when every one of `flavors` of `target` still has a file, whatever it holds: the cheap
+    /// check, for entries this mount wrote and knows to be current unless someone removed them.
+    func isPresent(_ target: ThumbnailTarget, flavors: [ThumbnailFlavor]) -> Bool
     /// Saves `png` (Dropbox's PNG, without the cache's text chunks yet) as `target`'s `flavor`.
     func save(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError)
 }

@@ -92,17 +92,31 @@ final class Thumbnailer: Sendable {
     private func start(_ targets: [ThumbnailTarget], urgent: Bool) -> Round? {
         guard !targets.isEmpty else { return nil }
         var others: [Round] = []
+        var written: [ThumbnailTarget] = []
         let unknown = state.withLock { s -> [ThumbnailTarget] in
             guard !s.disabled else { return [] }
             return targets.filter { target in
                 let key = Key(target)
-                if s.isCurrent(target) || s.cannotBeThumbnailed(target) { return false }
+                if s.cannotBeThumbnailed(target) { return false }
+                if s.isCurrent(target) {
+                    if urgent { written.append(target) }
+                    return false
+                }
                 if let round = s.inFlight[key] { others.append(round); return false }
                 return true
             }
         }
+        // Entries this mount wrote may have been removed since (the cache cleared by hand or by a
+        // housekeeping tool): a folder opened again would then have the file manager read every
+        // image. Whether the files are still there is the cheap check; gone ones are fetched again.
+        let removed = written.filter { !store.isPresent($0, flavors: options.flavors) }
+        if !removed.isEmpty {
+            state.withLock { s in
+                for target in removed where s.isCurrent(target) { s.thumbnailedRev[target.relativePath] = nil }
+            }
+        }
         // A thumbnail another run of the mount (or the file manager) left is as good as a new one.
-        let missing = unknown.filter { target in
+        let missing = (unknown + removed).filter { target in
             guard store.hasCurrent(target, flavors: options.flavors) else { return true }
             state.withLock { $0.thumbnailedRev[target.relativePath] = target.rev }
             return false
