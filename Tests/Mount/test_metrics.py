@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -81,6 +82,40 @@ def test_metrics_count_what_a_read_did(served, metrics_mount):
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)
     assert missing.value.code == 404
+
+
+def test_slow_and_idle_clients_do_not_hold_up_a_scrape_or_status(metrics_mount):
+    """A port scan's idle connections and a client trickling its request a byte a second (held
+    for up to 2 minutes before) each hold only their own connection, and only for seconds."""
+    m, port = metrics_mount
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    trickler = socket.create_connection(("127.0.0.1", port))
+    stop = time.monotonic() + 20
+
+    def trickle():
+        try:
+            while time.monotonic() < stop:
+                trickler.send(b"G")
+                time.sleep(1)
+        except OSError:
+            pass   # the server gave up on it, as it should
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert "dbxmount_entries" in scrape(port)
+        assert time.monotonic() - started < 3, "the scrape waited behind the slow clients"
+        started = time.monotonic()
+        status = subprocess.run([str(DBX_MOUNT), "status", str(m.mountpoint)], capture_output=True, text=True,
+                                timeout=30)
+        assert status.returncode == 0, status.stderr
+        assert time.monotonic() - started < 5
+    finally:
+        stop = 0
+        for connection in idle + [trickler]:
+            connection.close()
 
 
 @pytest.mark.parametrize("address", ["nonsense", "127.0.0.1:0", "no-such-host.invalid:9100", "127.0.0.1:99999"])

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import DBX_MOUNT, Mount, assert_same_bytes, free_port, mount_status, start_on
+from conftest import DBX_MOUNT, Emulator, Mount, assert_same_bytes, free_port, mount_status, start_on
 
 MiB = 1 << 20
 
@@ -96,6 +96,25 @@ def test_a_pinned_folder_is_there_offline_and_follows_changes_online(tree, tmp_p
         offline.unmount()
         if emulator:
             emulator.stop()
+
+
+def test_a_pin_right_after_mounting_waits_for_the_first_listing_and_says_so(tree, tmp_path, monkeypatch):
+    """The mount answers a pin once the first listing tells the folder's size; `pin` waits for that
+    answer rather than report a failure for a pin the mount then applies."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    emulator = Emulator(tree, "--latency-ms", "700", "--page-size", "1")
+    try:
+        m = Mount(emulator, tmp_path / "mnt", "--block-cache-dir", str(tmp_path / "blocks"))
+        try:
+            started = time.monotonic()
+            out = dbx("pin", m.mountpoint / "Pinned").stdout
+            assert "pinned" in out
+            assert time.monotonic() - started > 5, "the first listing was meant to outlast the old 5 s wait"
+            assert [p["path"] for p in pin_status(m.mountpoint)] == ["/Pinned"]
+        finally:
+            m.unmount()
+    finally:
+        emulator.stop()
 
 
 def test_pinning_refuses_what_it_cannot_do_in_one_line(tree, tmp_path, monkeypatch):

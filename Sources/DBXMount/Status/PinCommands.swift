@@ -36,6 +36,9 @@ struct UnpinCommand: ParsableCommand {
 }
 
 enum PinRequest {
+    /// Seconds `pin` and `unpin` wait for the mount's answer.
+    static let answerWait: Double = 60
+
     /// Sends `command` for each path to the mount that holds it; one line per failure, exit 1 if any.
     static func send(_ command: String, paths: [String]) throws {
         let directory = ControlSocket.directory()
@@ -43,7 +46,11 @@ enum PinRequest {
         for path in paths {
             do throws(ControlSocket.Failure) {
                 let (socket, inside) = try locate(path, directory: directory)
-                let answer = try ControlSocket.request(["command": command, "path": inside], at: socket)
+                // The mount answers a pin once it knows the folder's size: right after mounting that
+                // waits for the first listing (up to 15 s), and a shared link's folder is listed
+                // first. Giving up sooner would report a failure for a pin the mount then applies.
+                let answer = try ControlSocket.request(["command": command, "path": inside], at: socket,
+                                                       timeout: answerWait)
                 guard answer["ok"] as? Bool == true else {
                     throw ControlSocket.Failure(description: answer["error"] as? String ?? "the mount refused")
                 }

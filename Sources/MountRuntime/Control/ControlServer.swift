@@ -1,9 +1,10 @@
 // The server side of a mount's control socket (docs/CONTROL.md). Bound before libfuse daemonizes,
 // so that a problem (a folder someone else can enter, a live mount already answering there) is one
 // clear line at mount time; the socket descriptor survives the fork. Served by one thread started
-// from FUSE's `init`, one short connection at a time: each request is a line of JSON, each answer a
-// line of JSON, and a client that sends nothing is dropped after a few seconds, so it cannot hold
-// up the next. Only the mounting user (or root) is answered: the folder is 0700, the socket 0600,
+// from FUSE's `init`, each connection on a short-lived thread of its own: each request is a line of
+// JSON, each answer a line of JSON, and a client that has not sent its line within a few seconds
+// is dropped, so neither it nor a slow answer (a pin waiting for the first listing) holds up the
+// next `status`. Only the mounting user (or root) is answered: the folder is 0700, the socket 0600,
 // and the peer's uid is checked as well.
 
 import CShims
@@ -69,8 +70,10 @@ public final class ControlServer: Sendable {
         shutdown(listener, Int32(SHUT_RDWR))
     }
 
-    private func serve(_ handler: Handler) {
-        ControlSocket.acceptLoop(listener, while: { !stopped.load(ordering: .relaxed) }) { answer($0, handler) }
+    private func serve(_ handler: @escaping Handler) {
+        ControlSocket.acceptLoop(listener, while: { [self] in !stopped.load(ordering: .relaxed) }) { [self] in
+            answer($0, handler)
+        }
     }
 
     private func answer(_ client: Int32, _ handler: Handler) {
@@ -78,7 +81,7 @@ public final class ControlServer: Sendable {
         let peer = dbx_socket_peer_uid(client)
         guard peer == Int(geteuid()) || peer == 0 else { return }
         let reply: [String: Any]
-        if let line = ControlSocket.readLine(client, limit: 64 << 10),
+        if let line = ControlSocket.readLine(client, limit: 64 << 10, within: 3),
            let request = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] {
             reply = handler(request)
         } else {

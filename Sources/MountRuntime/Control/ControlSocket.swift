@@ -68,7 +68,8 @@ public enum ControlSocket {
         return names.filter { $0.hasSuffix(".sock") }.sorted().map { directory + "/" + $0 }
     }
 
-    /// Sends one request and returns the answer's object. A socket nobody listens on is `stale`.
+    /// Sends one request and returns the answer's object, waiting at most `timeout` seconds for
+    /// it. A socket nobody listens on is `stale`.
     public static func request(_ request: [String: Any], at path: String, timeout: Double = 5) throws(Failure) -> [String: Any] {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket: \(String(cString: strerror(errno)))") }
@@ -89,7 +90,7 @@ public enum ControlSocket {
         guard writeAll(fd, Array(body) + [0x0A]) else {
             throw Failure(description: "cannot send to \(path): \(String(cString: strerror(errno)))")
         }
-        guard let line = readLine(fd, limit: 1 << 20) else {
+        guard let line = readLine(fd, limit: 1 << 20, within: timeout) else {
             throw Failure(description: "no answer from \(path)")
         }
         guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
@@ -100,17 +101,36 @@ public enum ControlSocket {
 
     // MARK: - Shared with the servers (the control socket's and the metrics')
 
-    /// Answers connections on `listener` one at a time until `running` turns false (the owner then
-    /// shuts the listener down, which wakes the accept), then closes it.
-    static func acceptLoop(_ listener: Int32, while running: () -> Bool, _ answer: (Int32) -> Void) {
+    /// Connections answered at once by one server; more wait to be accepted.
+    static let concurrentConnections = 8
+
+    /// Answers connections on `listener`, each on a thread of its own (at most
+    /// `concurrentConnections` at once), until `running` turns false (the owner then shuts the
+    /// listener down, which wakes the accept), then closes it. A slow or idle client holds only its
+    /// own thread, and only until its deadline: a port scan or a client that trickles bytes must
+    /// not make Prometheus's scrape or `status` wait. A failing accept (out of descriptors, say)
+    /// is tried again rather than leaving the mount without its servers for good.
+    static func acceptLoop(_ listener: Int32, while running: @escaping @Sendable () -> Bool,
+                           _ answer: @escaping @Sendable (Int32) -> Void) {
+        let slots = DispatchSemaphore(value: concurrentConnections)
         while running() {
+            slots.wait()
             let client = accept(listener, nil, nil)
             if client < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                break
+                let code = errno
+                slots.signal()
+                if code == EINTR || code == ECONNABORTED { continue }
+                if !running() { break }
+                usleep(100_000)
+                continue
             }
-            answer(client)
-            close(client)
+            let thread = Thread {
+                answer(client)
+                close(client)
+                slots.signal()
+            }
+            thread.name = "dbx-connection"
+            thread.start()
         }
         close(listener)
     }
@@ -134,6 +154,28 @@ public enum ControlSocket {
         _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
     }
 
+    /// Waits until `fd` has bytes (or end of stream) to read; false when `deadline` passes first.
+    static func waitReadable(_ fd: Int32, until deadline: ContinuousClock.Instant) -> Bool {
+        while true {
+            let left = deadline - .now
+            guard left > .zero else { return false }
+            let (seconds, attoseconds) = left.components
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&poller, 1, Int32(min(seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1, 60_000)))
+            if ready < 0 && errno == EINTR { continue }
+            if ready != 0 { return ready > 0 }
+        }
+    }
+
+    /// Reads and drops what the client still sends, for up to `seconds`, so that closing after an
+    /// answer does not reset the connection under a client still sending its request.
+    static func drain(_ fd: Int32, within seconds: Double) {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        var sink = [UInt8](repeating: 0, count: 4096)
+        while waitReadable(fd, until: deadline),
+              sink.withUnsafeMutableBytes({ recv(fd, $0.baseAddress, $0.count, 0) }) > 0 {}
+    }
+
     static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
         var sent = 0
         while sent < bytes.count {
@@ -145,11 +187,14 @@ public enum ControlSocket {
         return true
     }
 
-    /// Bytes up to the first newline (not included); nil on timeout, error, or more than `limit`.
-    static func readLine(_ fd: Int32, limit: Int) -> [UInt8]? {
+    /// Bytes up to the first newline (not included); nil when `seconds` pass first (however the
+    /// bytes trickle in), on error, or beyond `limit`.
+    static func readLine(_ fd: Int32, limit: Int, within seconds: Double) -> [UInt8]? {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
         var line: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while line.count <= limit {
+            guard waitReadable(fd, until: deadline) else { return nil }
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { return line.isEmpty ? nil : line }

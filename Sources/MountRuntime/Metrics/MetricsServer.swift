@@ -1,7 +1,8 @@
 // `/metrics` over HTTP for Prometheus (`--metrics-addr HOST:PORT`). Bound before libfuse
-// daemonizes, so that an address in use or a bad one is one clear line at mount time; served by
-// one thread started from FUSE's `init`, one short connection at a time (Prometheus scrapes every
-// few seconds; a client that sends nothing is dropped after a few seconds). It answers
+// daemonizes, so that an address in use or a bad one is one clear line at mount time; served from
+// a thread started from FUSE's `init`, each connection on a short-lived thread of its own, and a
+// client that has not sent its request line within a few seconds is dropped, so no client can
+// hold up Prometheus's scrape. It answers
 // `GET /metrics` (and `/`) with the text exposition and anything else with 404: a read-only view,
 // with no way to change the mount.
 
@@ -64,14 +65,17 @@ public final class MetricsServer: Sendable {
         shutdown(listener, Int32(SHUT_RDWR))
     }
 
-    private func serve(_ exposition: @Sendable () -> [UInt8]) {
-        ControlSocket.acceptLoop(listener, while: { !stopped.load(ordering: .relaxed) }) { answer($0, exposition) }
+    private func serve(_ exposition: @escaping @Sendable () -> [UInt8]) {
+        ControlSocket.acceptLoop(listener, while: { [self] in !stopped.load(ordering: .relaxed) }) { [self] in
+            answer($0, exposition)
+        }
     }
 
     private func answer(_ client: Int32, _ exposition: @Sendable () -> [UInt8]) {
+        // Bounds the answer's writes; the request's read has its own overall deadline.
         ControlSocket.setTimeout(client, seconds: 5)
         // The request line is all that matters; headers and any body are ignored.
-        guard let line = ControlSocket.readLine(client, limit: 8 << 10) else { return }
+        guard let line = ControlSocket.readLine(client, limit: 8 << 10, within: 5) else { return }
         let fields = String(decoding: line, as: UTF8.self).split(separator: " ")
         let path = fields.count >= 2 ? fields[1].split(separator: "?").first.map(String.init) ?? "" : ""
         let response: [UInt8]
@@ -88,7 +92,6 @@ public final class MetricsServer: Sendable {
         // rather than a reset.
         _ = ControlSocket.writeAll(client, response)
         shutdown(client, Int32(SHUT_WR))
-        var sink = [UInt8](repeating: 0, count: 4096)
-        for _ in 0..<16 where sink.withUnsafeMutableBytes({ recv(client, $0.baseAddress, $0.count, 0) }) > 0 {}
+        ControlSocket.drain(client, within: 1)
     }
 }
