@@ -51,7 +51,9 @@ public final class MountSession {
         // After libfuse's: its SIGHUP handler would end the session; here SIGHUP drops caches.
         SignalPipe.install()
         guard fuse_session_mount(session, mountpoint) == 0 else {
-            throw MountError(description: "cannot mount at \(mountpoint) (is /dev/fuse available, and fusermount3 installed?)")
+            // libfuse or fusermount3 has printed why on the line before (an option fuse.conf does
+            // not allow, a mount point not the user's); the guess covers a machine without FUSE.
+            throw MountError(description: "cannot mount at \(mountpoint): the line above says why (or is /dev/fuse missing, or fusermount3 not installed?)")
         }
         mounted = true
         // Only to ask for mmap of direct_io files (see KernelChannel); without it, all else works.
@@ -63,9 +65,10 @@ public final class MountSession {
     /// the child is ready, so no thread may have been started before this call.
     public func daemonize(foreground: Bool) {
         _ = fuse_daemonize(foreground ? 1 : 0)
-        // systemd learns the mount is in place (and, if we forked, which process serves it). The
-        // kernel holds requests until the loop reads them, so readiness need not wait for it.
-        SystemdNotify.send(foreground ? "READY=1" : "READY=1\nMAINPID=\(getpid())")
+        // systemd learns the mount is in place. The kernel holds requests until the loop reads
+        // them, so readiness need not wait for it. (Under systemd the process never forks: see
+        // MountCommand.)
+        SystemdNotify.send("READY=1")
     }
 
     /// Serves requests on up to `maxThreads` worker threads until unmounted or signalled

@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -97,6 +98,9 @@ def test_a_mounted_folder_link_equals_the_linked_folder(emulator, tree, tmp_path
         assert mounted["source"].startswith("https://www.dropbox.com/scl/fo/") and "rlkey" not in mounted["source"]
         with open("/proc/mounts") as mounts:
             assert not any("rlkey" in line for line in mounts), "the link's secret part stays out of /proc/mounts"
+        # Nor in the process's arguments, which every local user can read.
+        cmdline = Path(f"/proc/{m.process.pid}/cmdline").read_bytes()
+        assert b"scl/fo/" in cmdline and b"rlkey" not in cmdline, cmdline
     finally:
         m.unmount()
 

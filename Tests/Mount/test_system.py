@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -37,7 +38,8 @@ def test_mount_fuse3_runs_dbx_mount_from_path_with_fstab_options(emulator, serve
     env.pop("DBX_ACCESS_TOKEN", None)
     # What mount(8) hands a helper for an fstab line: rw and the helper words included.
     options = (emulator_options(emulator, tmp_path)
-               + ",rw,allow_other,uid=1000,gid=1000,umask=022,_netdev,nofail,noauto,x-systemd.automount,dev,suid,exec")
+               + ",rw,allow_other,uid=1000,gid=1000,umask=022,_netdev,nofail,noauto,x-systemd.automount,dev,suid,exec"
+               + ",default_permissions,kernel_cache")   # as sshfs lines often carry
     result = subprocess.run(["mount.fuse3", "dropbox:/Photos", str(mnt), "-t", "fuse.dbx-mount", "-o", options],
                             env=env, capture_output=True, text=True, timeout=60)
     try:
@@ -157,22 +159,32 @@ def test_type_notify_readiness_and_stopping(emulator, tmp_path, abstract):
     assert not is_mounted(mnt)
 
 
-def test_daemonized_readiness_names_the_serving_process(emulator, tmp_path):
+def test_under_type_notify_the_started_process_serves_and_says_ready_even_without_f(emulator, tmp_path):
+    """systemd takes READY=1 only from the main process (NotifyAccess=main), which a daemon's fork
+    would have ended: with $NOTIFY_SOCKET set, dbx-mount stays the process it was started as."""
     sock, address = notify_socket(tmp_path)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)   # as systemd does, to learn the sender
     mnt = tmp_path / "mnt"
     mnt.mkdir()
+    process = subprocess.Popen([str(DBX_MOUNT), str(mnt)], env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        result = subprocess.run([str(DBX_MOUNT), str(mnt)], env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address),
-                                capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        ready = messages(sock.recv(4096))
-        assert ready["READY"] == "1"
-        pid = int(ready["MAINPID"])
-        assert Path(f"/proc/{pid}/exe").resolve() == DBX_MOUNT.resolve()
+        data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
+        assert messages(data) == {"READY": "1"}
+        [(level, kind, credentials)] = ancillary
+        assert (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS)
+        sender = struct.unpack("iII", credentials[:12])[0]
+        assert sender == process.pid, "readiness came from the process systemd would have started"
+        assert process.poll() is None, "it did not fork and exit"
+        assert is_mounted(mnt) and "old.txt" in os.listdir(mnt)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
     finally:
-        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
         sock.close()
-    wait_unmounted(mnt)
     assert not is_mounted(mnt)
 
 
@@ -307,17 +319,28 @@ def test_one_line_per_failed_operation_with_the_request_id_and_no_token(tmp_path
     assert SECRET not in log.read_text()
 
 
+def daemon_serving(mountpoint: Path) -> int:
+    """The pid of the dbx-mount daemon (started by this test) serving `mountpoint`."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                arguments = (entry / "cmdline").read_bytes().split(b"\0")
+                if Path(os.readlink(entry / "exe")) == DBX_MOUNT.resolve() and str(mountpoint).encode() in arguments:
+                    return int(entry.name)
+            except OSError:
+                continue
+    raise AssertionError(f"no dbx-mount serves {mountpoint}")
+
+
 def test_daemonized_mount_logs_to_its_log_file(emulator, tmp_path):
-    sock, address = notify_socket(tmp_path)
     log = tmp_path / "daemon.log"
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     try:
         result = subprocess.run([str(DBX_MOUNT), "--log-level", "info", "--log-file", str(log), str(mnt)],
-                                env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address),
-                                capture_output=True, text=True, timeout=60)
+                                env=mount_env(emulator, tmp_path), capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and result.stderr == "", result.stderr
-        pid = int(messages(sock.recv(4096))["MAINPID"])
+        pid = daemon_serving(mnt)
         os.listdir(mnt)
         os.kill(pid, signal.SIGUSR1)                      # the daemon this test started
         deadline = time.monotonic() + 10
@@ -328,7 +351,6 @@ def test_daemonized_mount_logs_to_its_log_file(emulator, tmp_path):
         assert f"dbx-mount[{pid}]" in text and " notice " in text and TOKEN not in text
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
-        sock.close()
     wait_unmounted(mnt)
     assert not is_mounted(mnt)
 

@@ -17,7 +17,7 @@ struct MountCommand: ParsableCommand {
         discussion: """
             SOURCE is a Dropbox folder such as /Photos; without it the whole account is mounted. SOURCE may also be a shared link (https://www.dropbox.com/scl/fo/...): the folder behind it is mounted, refreshed every --ttl seconds (a link has no change feed), its password read from the file --link-password-file names. The token comes from --token-file, else the account named by --account, else DBX_ACCESS_TOKEN, else the config's default account (see dbx-mount auth); never from the command line. An account's access tokens are refreshed automatically. Every write fails with EROFS. Listings and attributes are trusted for --ttl seconds (default 60). Unmount with: fusermount3 -u MOUNTPOINT
 
-            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, direct_io, keep_page_cache, metrics_addr=HOST:PORT, pin=PATH, pin_bandwidth=MBPS, link_password_file=PATH, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
+            -o takes dbx-mount's settings (uid=N, gid=N, umask=OCTAL, ttl=SECONDS, deadline=SECONDS, case_insensitive, token_file=PATH, account=NAME, config=PATH, team_space, api_url=URL, content_url=URL, notify_url=URL, ca_bundle=PATH, cache_dir=PATH, no_cache, thumbnails, thumbnail_dir=PATH, listing_concurrency=N, readahead_memory=MIB, direct_io, keep_page_cache, metrics_addr=HOST:PORT, pin=PATH, pin_bandwidth=MBPS, link_password_file=PATH, block_cache_dir=PATH, block_cache_size=MIB, foreground, debug) and the FUSE options allow_other, allow_root, auto_unmount, nosuid, nodev, noexec, noatime, max_read=N, fsname=NAME. Words for mount(8) (defaults, rw, ro, noauto, nofail, _netdev, user, x-systemd.*) and default_permissions, kernel_cache and auto_cache are ignored: the mount is always read-only. From fstab: dropbox:/Photos /mnt/photos fuse.dbx-mount noauto,allow_other,account=NAME 0 0
 
             Exit status: 0 mounted (or unmounted cleanly), 1 the mount failed, 64 bad usage.
             """
@@ -125,15 +125,20 @@ struct MountCommand: ParsableCommand {
         let (source, mountpoint) = try sourceAndMountpoint()
         let environment = ProcessInfo.processInfo.environment
         let link = try linkOptions.link(source: source, options: options)
+        if link != nil { Self.hideLinkKeysFromProcessList() }
 
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory) else {
-            fail("mount point \(mountpoint) does not exist", code: 1)
+        var info = stat()
+        guard stat(mountpoint, &info) == 0 else {
+            let code = errno
+            // As fusermount3 says it; a mount point whose daemon was killed fails with ENOTCONN.
+            let hint = code == ENOTCONN ? " (a mount whose dbx-mount was killed is still there: run fusermount3 -u \(mountpoint))" : ""
+            fail("cannot access mount point \(mountpoint): \(String(cString: strerror(code)))\(hint)", code: 1)
         }
+        let isDirectory = info.st_mode & S_IFMT == S_IFDIR
         // A shared link to a file mounts on a file; everything else on a folder (checked below,
         // once Dropbox has said what the link is).
-        guard isDirectory.boolValue || link != nil else { fail("mount point \(mountpoint) is not a directory", code: 1) }
-        let mountsOnAFile = !isDirectory.boolValue
+        guard isDirectory || link != nil else { fail("mount point \(mountpoint) is not a directory", code: 1) }
+        let mountsOnAFile = !isDirectory
 
         let endpoints = DropboxEndpoints(
             api: apiURL ?? options.settings["api_url"] ?? environment["DBX_API_URL"] ?? DropboxEndpoints.dropbox.api,
@@ -145,7 +150,11 @@ struct MountCommand: ParsableCommand {
         }
 
         let debug = self.debug || options.settings["debug"] != nil
+        // Under a systemd `Type=notify` service (`$NOTIFY_SOCKET` set) the process systemd started
+        // must be the one that serves and says READY=1: a fork's parent exits before the mount is
+        // ready, and systemd ignores readiness from any other process (NotifyAccess=main).
         let foreground = self.foreground || options.settings["foreground"] != nil || debug
+            || ProcessInfo.processInfo.environment["NOTIFY_SOCKET"] != nil
         try logOptions.bootstrap(options, foreground: foreground, debug: debug)
         let logger = Logger(label: "dbx-mount")
         if !options.ignored.isEmpty {
@@ -416,6 +425,21 @@ struct MountCommand: ParsableCommand {
     static func unreachableSummary(_ error: DropboxError) -> String {
         if case .transport = error { return error.description }
         return "cannot reach Dropbox: \(error)"
+    }
+
+    /// Blanks the query of every link among the process's arguments (in place, so the daemon forked
+    /// later has none either): a link's `rlkey` opens it to anyone, and `/proc/PID/cmdline` is
+    /// readable by every local user. `/proc/mounts`, `status` and the log show the link without it.
+    static func hideLinkKeysFromProcessList() {
+        for index in 1..<Int(CommandLine.argc) {
+            guard let argument = CommandLine.unsafeArgv[index] else { continue }
+            let length = strlen(argument)
+            guard let question = memchr(argument, Int32(UInt8(ascii: "?")), length),
+                  SharedLink.looksLikeLink(String(cString: argument)) || String(cString: argument).contains("dropbox:http")
+            else { continue }
+            let start = UnsafeMutableRawPointer(question).assumingMemoryBound(to: CChar.self)
+            memset(start, 0, length - (start - argument))
+        }
     }
 
     /// `[SOURCE] MOUNTPOINT`, with SOURCE normalised to Dropbox's form ("" or "/a/b").

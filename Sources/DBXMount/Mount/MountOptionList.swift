@@ -30,6 +30,10 @@ struct MountOptionList {
         "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev", "nofail", "ro", "rw",
         "comment", "loud", "silent",
     ]
+    /// FUSE options common in sshfs and rclone fstab lines that dbx-mount already applies
+    /// (`default_permissions`) or that concern libfuse's high-level API, whose page caching
+    /// dbx-mount decides itself (`kernel_cache`, `auto_cache`): accepted and ignored, not refused.
+    static let impliedOptionNames: Set<String> = ["default_permissions", "kernel_cache", "auto_cache"]
 
     /// `path` against the directory dbx-mount was started in. libfuse moves the mount's process to
     /// `/` as it starts serving, and some of these paths are opened only after that (curl reads the
@@ -56,7 +60,8 @@ struct MountOptionList {
                     settings[name] = value
                 } else if Self.fuseOptionNames.contains(name) {
                     fuseOptions.append(option)
-                } else if Self.helperOptionNames.contains(name) || name.hasPrefix("x-") {
+                } else if Self.helperOptionNames.contains(name) || Self.impliedOptionNames.contains(name)
+                            || name.hasPrefix("x-") {
                     // mount(8) adds `rw` to every mount unless told `ro`, so refusing it would
                     // break plain fstab lines; the mount is read-only whatever it says.
                     ignored.append(option)
