@@ -2,6 +2,7 @@
 
 Every mount made here is unmounted, and only processes these tests started are signalled.
 """
+import errno
 import os
 import shutil
 import signal
@@ -317,6 +318,32 @@ def test_one_line_per_failed_operation_with_the_request_id_and_no_token(tmp_path
     output = process.stdout.read() + process.stderr.read()
     assert output == ""                                   # everything went to the log file
     assert SECRET not in log.read_text()
+
+
+def test_a_mount_point_left_by_a_killed_mount_says_how_to_clear_it(emulator, tmp_path):
+    m = Mount(emulator, tmp_path / "mnt")
+    m.process.kill()   # the mount this test started; its mount point is left "not connected"
+    m.process.wait()
+
+    def not_connected():
+        try:
+            os.stat(m.mountpoint)   # answered from the kernel's attribute cache until it expires
+            return False
+        except OSError as error:
+            return error.errno == errno.ENOTCONN
+    deadline = time.monotonic() + 10
+    while not not_connected():
+        assert time.monotonic() < deadline, "the dead mount point never reported ENOTCONN"
+        time.sleep(0.2)
+    try:
+        result = subprocess.run([str(DBX_MOUNT), "-f", str(m.mountpoint)], env=mount_env(emulator, tmp_path),
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1
+        assert "not connected" in result.stderr and "fusermount3 -u" in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(m.mountpoint)], capture_output=True)
+    wait_unmounted(m.mountpoint)
 
 
 def daemon_serving(mountpoint: Path) -> int:
