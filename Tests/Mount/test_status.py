@@ -112,6 +112,26 @@ def test_status_of_every_mount_and_of_a_path_that_is_no_mount(served, emulator, 
     assert none.returncode == 1 and "no dbx-mount is mounted" in none.stderr
 
 
+def test_status_finds_a_mount_started_with_another_runtime_dir(served, emulator, runtime_dir, tmp_path, monkeypatch):
+    """A mount started without XDG_RUNTIME_DIR (at boot, from fstab) is found from a login that has one."""
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    m = Mount(emulator, tmp_path / "mnt")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+    try:
+        report = json.loads(status("--json", str(m.mountpoint)).stdout)
+        assert report["mountpoint"] == str(m.mountpoint.resolve())
+        assert str(m.mountpoint.resolve()) in [r["mountpoint"] for r in json.loads(status("--json").stdout)]
+        # A named path that is no mount leaves stdout empty for a JSON reader.
+        plain = tmp_path / "plain"
+        plain.mkdir()
+        result = status("--json", str(plain), check=False)
+        assert result.returncode == 1 and result.stdout == "", result.stdout
+    finally:
+        m.unmount()
+    none = status("--json", check=False)
+    assert none.returncode == 1 and json.loads(none.stdout) == []
+
+
 def run_as_nobody(code: str) -> subprocess.CompletedProcess:
     def drop():
         os.setgid(65534)

@@ -41,11 +41,11 @@ enum PinRequest {
 
     /// Sends `command` for each path to the mount that holds it; one line per failure, exit 1 if any.
     static func send(_ command: String, paths: [String]) throws {
-        let directory = ControlSocket.directory()
+        let directories = ControlSocket.directories()
         var failed = false
         for path in paths {
             do throws(ControlSocket.Failure) {
-                let (socket, inside) = try locate(path, directory: directory)
+                let (socket, inside) = try locate(path, directories: directories)
                 // The mount answers a pin once it knows the folder's size: right after mounting that
                 // waits for the first listing (up to 15 s), and a shared link's folder is listed
                 // first. Giving up sooner would report a failure for a pin the mount then applies.
@@ -67,7 +67,7 @@ enum PinRequest {
 
     /// The control socket of the mount holding `path`, and the path inside that mount: the nearest
     /// ancestor of `path` (itself included) that a mount of this user answers for.
-    static func locate(_ path: String, directory: String) throws(ControlSocket.Failure) -> (socket: String, inside: String) {
+    static func locate(_ path: String, directories: [String]) throws(ControlSocket.Failure) -> (socket: String, inside: String) {
         guard let resolved = realpath(path, nil) else {
             throw ControlSocket.Failure(description: "\(path): \(String(cString: strerror(errno)))")
         }
@@ -75,8 +75,7 @@ enum PinRequest {
         free(resolved)
         var candidate = absolute
         while true {
-            let socket = ControlSocket.path(forMountpoint: candidate, in: directory)
-            if access(socket, F_OK) == 0 {
+            if let socket = ControlSocket.existingPath(forMountpoint: candidate, in: directories) {
                 let inside = String(absolute.dropFirst(candidate == "/" ? 0 : candidate.count))
                 return (socket, inside.isEmpty ? "/" : inside)
             }

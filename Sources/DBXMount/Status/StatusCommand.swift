@@ -13,10 +13,11 @@ struct StatusCommand: ParsableCommand {
         commandName: "status",
         abstract: "Show how running mounts stand: first listing, change feed, cache, reads, Dropbox calls.",
         discussion: """
-            Asks each mount through its control socket in $XDG_RUNTIME_DIR/dbx-mount (else \
-            /run/user/UID/dbx-mount, else /tmp/dbx-mount-UID), which only the mounting user can open. \
-            Exit status: 0 when every mount asked answered, 1 otherwise (a path that is not a \
-            dbx-mount, or no mount at all).
+            Asks each mount through its control socket in $XDG_RUNTIME_DIR/dbx-mount, \
+            /run/user/UID/dbx-mount or /tmp/dbx-mount-UID (wherever the mount put it), which only \
+            the mounting user can open. Exit status: 0 when every mount asked answered, 1 otherwise \
+            (a path that is not a dbx-mount, or no mount at all; with --json, stdout then holds \
+            no object, or [] when no mount point was named).
             """)
 
     @Argument(help: "A dbx-mount mount point (default: all of this user's mounts).")
@@ -29,7 +30,7 @@ struct StatusCommand: ParsableCommand {
     var watch = false
 
     func run() throws {
-        let directory = ControlSocket.directory()
+        let directories = ControlSocket.directories()
         let sockets: [(path: String, named: String?)]
         if let mountpoint {
             guard let resolved = realpath(mountpoint, nil) else {
@@ -37,11 +38,12 @@ struct StatusCommand: ParsableCommand {
             }
             let absolute = String(cString: resolved)
             free(resolved)
-            let path = ControlSocket.path(forMountpoint: absolute, in: directory)
-            guard access(path, F_OK) == 0 else { fail(notAMount(absolute, socket: path)) }
+            guard let path = ControlSocket.existingPath(forMountpoint: absolute, in: directories) else {
+                fail(notAMount(absolute, socket: nil))
+            }
             sockets = [(path, absolute)]
         } else {
-            sockets = ControlSocket.all(in: directory).map { ($0, nil) }
+            sockets = directories.flatMap { ControlSocket.all(in: $0) }.map { ($0, nil) }
         }
         let interactive = watch && !json && isatty(STDOUT_FILENO) == 1
         var drawnLines = 0
@@ -58,11 +60,19 @@ struct StatusCommand: ParsableCommand {
                 }
             }
             if mountpoint == nil && statuses.isEmpty && problems.isEmpty {
-                fail("no dbx-mount is mounted by this user (no control socket answers in \(directory))")
+                if json { FileHandle.standardOutput.write(Data("[]\n".utf8)) }
+                fail("no dbx-mount is mounted by this user (no control socket answers in \(directories.joined(separator: " or ")))")
             }
             if json {
+                // One object for a named mount, an array for all; a named mount that did not answer
+                // leaves stdout empty (the reason goes to stderr), so a JSON reader is never handed
+                // a blank line.
                 let objects = statuses.map { $0.json(pretty: false) }
-                FileHandle.standardOutput.write(Data(((mountpoint == nil ? "[" + objects.joined(separator: ",") + "]" : objects.joined()) + "\n").utf8))
+                if mountpoint == nil {
+                    FileHandle.standardOutput.write(Data(("[" + objects.joined(separator: ",") + "]\n").utf8))
+                } else if let object = objects.first {
+                    FileHandle.standardOutput.write(Data((object + "\n").utf8))
+                }
             } else {
                 let text = statuses.map { StatusView(status: $0, now: Date()).render() }.joined(separator: "\n")
                 // Back over the last drawing and clear it: the block redraws in place.
@@ -88,9 +98,12 @@ struct StatusCommand: ParsableCommand {
         return status
     }
 
-    private func notAMount(_ path: String, socket: String) -> String {
+    private func notAMount(_ path: String, socket: String?) -> String {
         if Self.isDbxMount(path) {
-            return "\(path) is a dbx-mount, but its control socket \(socket) does not answer (mounted by another user, or with another XDG_RUNTIME_DIR?)"
+            guard let socket else {
+                return "\(path) is a dbx-mount, but no control socket of this user's is there for it (mounted by another user?)"
+            }
+            return "\(path) is a dbx-mount, but its control socket \(socket) does not answer (mounted by another user, or hung?)"
         }
         return "\(path) is not a dbx-mount mount point"
     }

@@ -39,6 +39,33 @@ public enum ControlSocket {
         return "/tmp/dbx-mount-\(uid)"
     }
 
+    /// Every folder a mount of this user may have put its socket in, `directory(environment:)`'s
+    /// first: each mount chose by its own environment, which may not be this one's (a mount
+    /// started at boot without `XDG_RUNTIME_DIR`, looked at from a login that has it). Only
+    /// folders that are this user's alone count: another user could otherwise fake a mount there.
+    public static func directories(environment: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
+        let uid = geteuid()
+        var candidates = [directory(environment: environment)]
+        if let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") { candidates.append(runtime + "/dbx-mount") }
+        candidates += ["/run/user/\(uid)/dbx-mount", "/tmp/dbx-mount-\(uid)"]
+        var found: [String] = []
+        for folder in candidates where !found.contains(folder) && isPrivate(folder) { found.append(folder) }
+        return found
+    }
+
+    /// A folder (not a symlink) owned by this user that no one else may enter.
+    static func isPrivate(_ folder: String) -> Bool {
+        var info = stat()
+        return lstat(folder, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR && info.st_uid == geteuid()
+            && info.st_mode & 0o077 == 0
+    }
+
+    /// The socket of the mount at `mountpoint` (already absolute and resolved) among `folders`, if
+    /// one is there.
+    public static func existingPath(forMountpoint mountpoint: String, in folders: [String]) -> String? {
+        folders.lazy.map { path(forMountpoint: mountpoint, in: $0) }.first { access($0, F_OK) == 0 }
+    }
+
     /// The socket of the mount at `mountpoint` (already absolute and resolved).
     public static func path(forMountpoint mountpoint: String, in directory: String) -> String {
         // FNV-1a, 64 bits: a name, not a secret (the folder is the user's alone).
