@@ -78,6 +78,13 @@ def test_metrics_count_what_a_read_did(served, metrics_mount):
         if line.startswith("# TYPE ") and line.endswith(" counter"):
             assert line.split()[2].endswith("_total"), line
 
+    # Every family says what it measures, and Prometheus' own linter passes the exposition.
+    families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert all(f"# HELP {family} " in text for family in families), families
+    promtool = required_tool("promtool", "prometheus")
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
     # A path other than /metrics is a 404, not the metrics.
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)

@@ -135,6 +135,49 @@ public final class MountMetrics: APICallObserver, FUSEOperationObserver {
         }
         gauge("dbxmount_change_feed_live", sync.feedLive ? 1 : 0)
         gauge("dbxmount_offline", sync.offline ? 1 : 0)
-        return registry.emitToBuffer()
+        return Self.withHelp(registry.emitToBuffer())
+    }
+
+    /// What each family measures, as its `# HELP` line says (`promtool check metrics` requires
+    /// one). swift-metrics' handles carry no help text, so the lines go in before each family's
+    /// `# TYPE` line of the exposition.
+    static let help: [String: String] = [
+        "dbxmount_dropbox_requests_total": "Dropbox API calls made, by route.",
+        "dbxmount_dropbox_request_failures_total": "Dropbox API calls that failed for good, after retries, by route.",
+        requestDuration: "Time each Dropbox API call took, retries included, by route.",
+        operationDuration: "Time the mount took to answer each FUSE request, by operation.",
+        "dbxmount_fuse_operation_errors_total": "FUSE requests answered with an error, by operation.",
+        "dbxmount_download_bytes_total": "File bytes downloaded from Dropbox.",
+        "dbxmount_dropbox_rate_limited_total": "Dropbox answers that asked the mount to slow down (HTTP 429).",
+        "dbxmount_page_cache_dropped_bytes_total": "Page cache the kernel was told to drop behind sequential readers.",
+        "dbxmount_entries": "Files and folders in the mount's metadata tree.",
+        "dbxmount_tree_bytes": "Memory the metadata tree takes.",
+        "dbxmount_resident_memory_bytes": "Resident memory of the mount's process.",
+        "dbxmount_readahead_bytes": "Read-ahead memory in use.",
+        "dbxmount_readahead_budget_bytes": "Read-ahead memory the mount may use.",
+        "dbxmount_open_files": "Files open on the mount.",
+        "dbxmount_open_directories": "Folders open on the mount.",
+        "dbxmount_block_cache_bytes": "Bytes kept in the on-disk block cache.",
+        "dbxmount_first_listing_entries": "Entries the first listing of the mount has received.",
+        "dbxmount_first_listing_done": "1 once the first listing of the mount is complete.",
+        "dbxmount_change_feed_live": "1 while the change feed follows Dropbox's changes.",
+        "dbxmount_offline": "1 while Dropbox cannot be reached.",
+    ]
+
+    /// `exposition` with a `# HELP` line before each family's `# TYPE` line.
+    static func withHelp(_ exposition: [UInt8]) -> [UInt8] {
+        let typeLine = Array("# TYPE ".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(exposition.count + 2048)
+        for line in exposition.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            if line.starts(with: typeLine) {
+                let name = String(decoding: line.dropFirst(typeLine.count).prefix { $0 != UInt8(ascii: " ") }, as: UTF8.self)
+                if let text = help[name] { out += Array("# HELP \(name) \(text)\n".utf8) }
+            }
+            out += line
+            out.append(UInt8(ascii: "\n"))
+        }
+        out.removeLast()   // the split's last piece had no newline after it
+        return out
     }
 }
