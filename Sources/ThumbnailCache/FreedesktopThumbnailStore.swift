@@ -8,7 +8,8 @@
 //   `stat` shows them on the mount: GIO compares digits, tumbler compares a double), `Thumb::Size`
 //   and `Thumb::Mimetype`;
 // - written to a temporary file and renamed, so a reader never sees half a thumbnail;
-// - owned by the user the files are shown to, when root mounts for someone else.
+// - written as the user the files are shown to, when root mounts for someone else (so they own
+//   them, and a symlink in their cache cannot send root's writes elsewhere).
 
 import Crypto
 import DropboxFS
@@ -124,6 +125,37 @@ public final class FreedesktopThumbnailStore: ThumbnailStore {
     }
 
     public func save(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError) {
+        try asOwner { () throws(ThumbnailStoreError) in try saveEntries(png, flavor: flavor, for: target) }
+    }
+
+    /// Runs `body` with this thread's file-system identity that of `owner`, when root writes for
+    /// another user: the cache lives in that user's home, where a symlink they made could
+    /// otherwise have root create files wherever it points. The kernel then checks every path as
+    /// for the user, and what is created is theirs. (`setfsuid` changes the calling thread only.)
+    private func asOwner(_ body: () throws(ThumbnailStoreError) -> Void) throws(ThumbnailStoreError) {
+        guard let owner, geteuid() == 0 else { return try body() }
+        guard let setfsuid = Self.setfsuid, let setfsgid = Self.setfsgid else {
+            throw .unwritable("cannot write as user \(owner.uid): no setfsuid in this C library")
+        }
+        let group = setfsgid(owner.gid)
+        let user = setfsuid(owner.uid)
+        defer {
+            _ = setfsuid(UInt32(bitPattern: user))
+            _ = setfsgid(UInt32(bitPattern: group))
+        }
+        try body()
+    }
+
+    /// glibc's `setfsuid` and `setfsgid`, which Swift's Glibc module does not export (they are in
+    /// `<sys/fsuid.h>`); looked up once.
+    private typealias SetFileSystemID = @convention(c) (UInt32) -> Int32
+    private static let setfsuid = function("setfsuid")
+    private static let setfsgid = function("setfsgid")
+    private static func function(_ name: String) -> SetFileSystemID? {
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), name).map { unsafeBitCast($0, to: SetFileSystemID.self) }
+    }
+
+    private func saveEntries(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError) {
         let folder = directory + "/" + flavor.rawValue
         try makeDirectory(directory)
         try makeDirectory(folder)
@@ -149,8 +181,7 @@ public final class FreedesktopThumbnailStore: ThumbnailStore {
         let temporary = folder + "/.dbx-mount-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).png"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw classify(errno, doing: "create \(temporary)") }
-        var ok = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count
-        if ok, let owner { ok = fchown(fd, owner.uid, owner.gid) == 0 }
+        let ok = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count
         close(fd)
         guard ok, rename(temporary, final) == 0 else {
             let code = errno
@@ -165,19 +196,14 @@ public final class FreedesktopThumbnailStore: ThumbnailStore {
          ("Thumb::Size", String(target.size)), ("Thumb::Mimetype", target.mimeType)]
     }
 
-    /// Creates `path` (and missing parents, such as `~/.cache`) 0700, owned like the thumbnails.
+    /// Creates `path` (and missing parents, such as `~/.cache`) 0700, owned like the thumbnails
+    /// (the thread's file-system identity, `asOwner`).
     private func makeDirectory(_ path: String) throws(ThumbnailStoreError) {
-        if mkdir(path, 0o700) == 0 {
-            if let owner { _ = chown(path, owner.uid, owner.gid) }
-            return
-        }
+        if mkdir(path, 0o700) == 0 { return }
         var code = errno
         if code == ENOENT, let slash = path.lastIndex(of: "/"), slash != path.startIndex {
             try makeDirectory(String(path[..<slash]))
-            if mkdir(path, 0o700) == 0 {
-                if let owner { _ = chown(path, owner.uid, owner.gid) }
-                return
-            }
+            if mkdir(path, 0o700) == 0 { return }
             code = errno
         }
         guard code == EEXIST else { throw .unwritable("cannot create \(path): \(String(cString: strerror(code)))") }

@@ -134,6 +134,30 @@ struct ThumbnailCacheTests {
         #expect(leftovers == [(path as NSString).lastPathComponent], "no temporary file is left behind")
     }
 
+    @Test(.enabled(if: geteuid() == 0, "root writes for another user"))
+    func rootWritesAnotherUsersEntriesAsThatUser() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let nobody: (uid: uid_t, gid: gid_t) = (65534, 65534)
+        let home = directory + "/home"
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        chmod(directory, 0o755)
+        chown(home, nobody.uid, nobody.gid)
+        let store = FreedesktopThumbnailStore(directory: home + "/.cache/thumbnails", mountPoint: "/mnt", owner: nobody)
+        try store.save(png, flavor: .normal, for: target("/a.jpg"))
+        var st = stat()
+        for path in [home + "/.cache", home + "/.cache/thumbnails/normal", store.path(of: target("/a.jpg"), flavor: .normal)] {
+            #expect(stat(path, &st) == 0 && st.st_uid == nobody.uid && st.st_gid == nobody.gid, "\(path)")
+        }
+        // A size folder the user pointed at a folder only root may write: the write is the user's, and fails.
+        let rootsOnly = directory + "/roots-only"
+        try FileManager.default.createDirectory(atPath: rootsOnly, withIntermediateDirectories: true)
+        chmod(rootsOnly, 0o755)
+        #expect(symlink(rootsOnly, home + "/.cache/thumbnails/large") == 0)
+        #expect(throws: ThumbnailStoreError.self) { try store.save(png, flavor: .large, for: target("/a.jpg")) }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: rootsOnly).isEmpty, "nothing written through the link")
+        #expect(geteuid() == 0 && getegid() == 0)
+    }
+
     @Test func anUnwritableDirectoryIsReportedAsSuch() throws {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
