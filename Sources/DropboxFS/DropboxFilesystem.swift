@@ -83,7 +83,9 @@ public final class DropboxFilesystem: Sendable {
                                  linkDown: { reachability.isUnreachable })
         self.listers = WorkerPool(name: "dbx-list", limit: options.listingConcurrency)
         self.pins = options.readAhead.blockCacheDirectory.map { Pins(directory: $0, bandwidth: options.pinBandwidth) }
-        self.thumbnailer = thumbnails.map { Thumbnailer(api: api, store: $0, options: options.thumbnails, logger: logger) }
+        self.thumbnailer = thumbnails.map {
+            Thumbnailer(api: api, store: $0, options: options.thumbnails, logger: logger, now: now)
+        }
     }
 
     /// Where changes the kernel must forget are sent (the FUSE adapter's invalidation queue).

@@ -209,11 +209,13 @@ public final class FreedesktopThumbnailStore: ThumbnailStore {
         guard code == EEXIST else { throw .unwritable("cannot create \(path): \(String(cString: strerror(code)))") }
     }
 
-    /// A permission or space problem stops every later write too; anything else is this entry's.
+    /// A permission problem stops every later write too, and a full disk every write for a while;
+    /// anything else is this entry's.
     private func classify(_ code: Int32, doing what: String) -> ThumbnailStoreError {
         let message = "cannot \(what): \(String(cString: strerror(code)))"
         switch code {
-        case EACCES, EPERM, EROFS, ENOSPC, EDQUOT, ENOTDIR: return .unwritable(message)
+        case EACCES, EPERM, EROFS, ENOTDIR: return .unwritable(message)
+        case ENOSPC, EDQUOT: return .full(message)
         default: return .entry(message)
         }
     }

@@ -13,6 +13,7 @@ final class MemoryThumbnailStore: ThumbnailStore {
     struct Entry: Equatable { var rev: String; var modified: Int64; var png: [UInt8] }
     let entries = Mutex<[String: Entry]>([:])
     let unwritable = Mutex(false)
+    let full = Mutex(false)
 
     func key(_ target: ThumbnailTarget, _ flavor: ThumbnailFlavor) -> String { flavor.rawValue + ":" + target.relativePath }
 
@@ -29,6 +30,7 @@ final class MemoryThumbnailStore: ThumbnailStore {
 
     func save(_ png: [UInt8], flavor: ThumbnailFlavor, for target: ThumbnailTarget) throws(ThumbnailStoreError) {
         if unwritable.withLock({ $0 }) { throw .unwritable("read-only test store") }
+        if full.withLock({ $0 }) { throw .full("No space left on device") }
         entries.withLock { $0[key(target, flavor)] = Entry(rev: target.rev, modified: target.modified, png: png) }
     }
 
@@ -202,6 +204,24 @@ struct ThumbnailTests {
         #expect(log.at(.warning).filter { $0.message.contains("cannot write thumbnails") }.count == 1)
         #expect(try fs.readDirectory(try fs.openDirectory(try fs.lookup(parent: .root, name: "More").inode), from: 0)
             .count == 7, "the listing itself is unaffected")
+    }
+
+    @Test func aFullDiskPausesThumbnailsForAWhileNotForTheMountsLife() throws {
+        photos(3)
+        photos(3, in: "/More")
+        store.full.withLock { $0 = true }
+        let fs = makeFS()
+        try openFolder(fs, "Photos")
+        let calls = dropbox.counters.thumbnailCalls
+        #expect(calls > 0)
+        try openFolder(fs, "More")
+        #expect(dropbox.counters.thumbnailCalls == calls, "paused while the disk is full")
+        #expect(log.at(.warning).filter { $0.message.contains("disk is full") }.count == 1)
+        store.full.withLock { $0 = false }
+        clock.advance(by: Thumbnailer.fullDiskPause + 1)
+        try openFolder(fs, "More")
+        #expect(dropbox.counters.thumbnailCalls > calls, "asked again once the pause is over")
+        #expect(store.entry("/More/IMG_2.jpg", .normal) != nil)
     }
 
     @Test func aFailedCallLeavesTheListingAloneAndIsTriedAgainNextTime() throws {

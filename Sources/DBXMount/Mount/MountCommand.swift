@@ -130,6 +130,7 @@ struct MountCommand: ParsableCommand {
         var info = stat()
         guard stat(mountpoint, &info) == 0 else {
             let code = errno
+            if code == ENOENT { fail("mount point \(mountpoint) does not exist", code: 1) }
             // As fusermount3 says it; a mount point whose daemon was killed fails with ENOTCONN.
             let hint = code == ENOTCONN ? " (a mount whose dbx-mount was killed is still there: run fusermount3 -u \(mountpoint))" : ""
             fail("cannot access mount point \(mountpoint): \(String(cString: strerror(code)))\(hint)", code: 1)

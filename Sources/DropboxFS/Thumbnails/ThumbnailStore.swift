@@ -45,6 +45,8 @@ public struct ThumbnailTarget: Sendable, Hashable {
 public enum ThumbnailStoreError: Error, Sendable, Equatable {
     /// The cache directory cannot be written at all: saving more is pointless this mount.
     case unwritable(String)
+    /// The disk (or the user's quota) is full: saving more is pointless for a while.
+    case full(String)
     /// This one entry could not be saved (its bytes are not a PNG, a rename failed, ...).
     case entry(String)
 }

@@ -11,7 +11,8 @@
 // - what Dropbox cannot thumbnail (not an image, over 20 MB, `unsupported_image`) is remembered by
 //   id and rev and never asked again for that rev; files that are not images by name are never
 //   asked at all;
-// - a cache directory that cannot be written turns thumbnails off for the mount, with one line.
+// - a cache directory that cannot be written turns thumbnails off for the mount, with one line; a
+//   full disk pauses them for a few minutes, also with one line.
 
 import DropboxClient
 import Foundation
@@ -37,6 +38,12 @@ final class Thumbnailer: Sendable {
     private let options: ThumbnailOptions
     private let logger: Logger
     private let workers: WorkerPool
+    private let now: MonotonicSeconds
+
+    /// Seconds nothing is fetched after the disk was found full: long enough not to spend a call
+    /// per folder on thumbnails that cannot be kept, short enough that a disk cleared again gets
+    /// them back before a file manager has read many photos.
+    static let fullDiskPause: Double = 300
 
     private struct Key: Hashable {
         var path: String
@@ -54,6 +61,11 @@ final class Thumbnailer: Sendable {
         var inFlight: [Key: Round] = [:]
         /// The store cannot be written: nothing more is fetched.
         var disabled = false
+        /// The store's disk was full: nothing is fetched before this time (`now()` seconds, which
+        /// may start a hair below zero).
+        var pausedUntil = -Double.infinity
+
+        func isIdle(at time: Double) -> Bool { disabled || time < pausedUntil }
 
         func isCurrent(_ target: ThumbnailTarget) -> Bool { thumbnailedRev[target.relativePath] == target.rev }
 
@@ -62,11 +74,13 @@ final class Thumbnailer: Sendable {
 
     private let state = Mutex(State())
 
-    init(api: any DropboxAPI, store: any ThumbnailStore, options: ThumbnailOptions, logger: Logger) {
+    init(api: any DropboxAPI, store: any ThumbnailStore, options: ThumbnailOptions, logger: Logger,
+         now: @escaping MonotonicSeconds = SystemClock.monotonic) {
         self.api = api
         self.store = store
         self.options = options
         self.logger = logger
+        self.now = now
         workers = WorkerPool(name: "dbx-thumbnails", limit: options.concurrentCalls)
     }
 
@@ -93,8 +107,9 @@ final class Thumbnailer: Sendable {
         guard !targets.isEmpty else { return nil }
         var others: [Round] = []
         var written: [ThumbnailTarget] = []
+        let time = now()
         let unknown = state.withLock { s -> [ThumbnailTarget] in
-            guard !s.disabled else { return [] }
+            guard !s.isIdle(at: time) else { return [] }
             return targets.filter { target in
                 let key = Key(target)
                 if s.cannotBeThumbnailed(target) { return false }
@@ -160,7 +175,8 @@ final class Thumbnailer: Sendable {
     /// One `get_thumbnail_batch` call for one flavor, saved to the store.
     private func fetch(_ batch: [ThumbnailTarget], flavor: ThumbnailFlavor, into round: Round) {
         defer { round.jobFinished() }
-        if state.withLock({ $0.disabled }) { return }
+        let time = now()
+        if state.withLock({ $0.isIdle(at: time) }) { return }
         let (size, mode) = flavor.request
         // Pinned to the rev the folder showed: a thumbnail is never of newer content than its mtime.
         let requests = batch.map { ThumbnailRequest(path: "rev:" + $0.rev, format: .png, size: size, mode: mode) }
@@ -200,6 +216,16 @@ final class Thumbnailer: Sendable {
             }
             if first {
                 logger.warning("cannot write thumbnails; thumbnails are off for this mount", metadata: ["error": "\(why)"])
+            }
+        case .full(let why):
+            let time = now()
+            let first = state.withLock { s -> Bool in
+                defer { s.pausedUntil = max(s.pausedUntil, time + Self.fullDiskPause) }
+                return time >= s.pausedUntil
+            }
+            if first {
+                logger.warning("the thumbnail cache's disk is full; thumbnails paused for 5 minutes",
+                               metadata: ["error": "\(why)"])
             }
         case .entry(let why):
             logger.debug("thumbnail not saved", metadata: ["path": "\(target.relativePath)", "error": "\(why)"])
