@@ -192,14 +192,21 @@ struct ThumbnailTests {
         #expect(store.entry("/Photos/IMG_0.jpg", .normal)?.rev == store.entry("/Photos/IMG_0.jpg", .large)?.rev)
     }
 
-    @Test func anUnwritableCacheIsOneLineAndNoMoreCalls() throws {
-        photos(30)
+    /// Opens /Photos, then /More, with the store failing as `failing` says; returns the mount and
+    /// the thumbnail calls /Photos cost.
+    func openTwoFolders(photos count: Int, storeFailing failing: borrowing Mutex<Bool>) throws -> (DropboxFilesystem, Int) {
+        photos(count)
         photos(5, in: "/More")
-        store.unwritable.withLock { $0 = true }
+        failing.withLock { $0 = true }
         let fs = makeFS()
         try openFolder(fs, "Photos")
         let calls = dropbox.counters.thumbnailCalls
         try openFolder(fs, "More")
+        return (fs, calls)
+    }
+
+    @Test func anUnwritableCacheIsOneLineAndNoMoreCalls() throws {
+        let (fs, calls) = try openTwoFolders(photos: 30, storeFailing: store.unwritable)
         #expect(dropbox.counters.thumbnailCalls == calls, "thumbnails are off once the cache cannot be written")
         #expect(log.at(.warning).filter { $0.message.contains("cannot write thumbnails") }.count == 1)
         #expect(try fs.readDirectory(try fs.openDirectory(try fs.lookup(parent: .root, name: "More").inode), from: 0)
@@ -207,14 +214,8 @@ struct ThumbnailTests {
     }
 
     @Test func aFullDiskPausesThumbnailsForAWhileNotForTheMountsLife() throws {
-        photos(3)
-        photos(3, in: "/More")
-        store.full.withLock { $0 = true }
-        let fs = makeFS()
-        try openFolder(fs, "Photos")
-        let calls = dropbox.counters.thumbnailCalls
+        let (fs, calls) = try openTwoFolders(photos: 3, storeFailing: store.full)
         #expect(calls > 0)
-        try openFolder(fs, "More")
         #expect(dropbox.counters.thumbnailCalls == calls, "paused while the disk is full")
         #expect(log.at(.warning).filter { $0.message.contains("disk is full") }.count == 1)
         store.full.withLock { $0 = false }
