@@ -2,6 +2,9 @@
 // consumer across as many attempts as the retry loop makes, each asking only for what has not arrived yet.
 
 extension DropboxHTTPClient {
+    /// Partial answers one download call follows before it gives up on the server.
+    static let mostPiecesPerDownload = 1024
+
     /// The bytes of `range`, buffered: the streaming download below with a consumer that collects,
     /// so both share one set of Content-Range checks and resume a cut body the same way.
     public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
@@ -31,7 +34,14 @@ extension DropboxHTTPClient {
         return try withoutActuallyEscaping(consumer) { consumer throws(DropboxError) -> UInt64 in
             let receiver = RangeReceiver(range: range, expectedRev: expectedRev, consumer: consumer)
             var response: HTTPResponse
+            var pieces = 0
             repeat {
+                pieces += 1
+                // A server may cap its answers (a CDN's 1 MiB, say); one that sends a part in
+                // thousands of slivers would keep a reader's worker busy for good.
+                guard pieces <= Self.mostPiecesPerDownload else {
+                    throw .malformedResponse("download: the server sent bytes \(range.lowerBound)-\(range.upperBound - 1) in more than \(Self.mostPiecesPerDownload) partial answers")
+                }
                 do throws(DropboxError) {
                     // A retry after a body was cut short asks only for the rest: `nextOffset` moves
                     // with every byte handed over, and each attempt's Range starts there.

@@ -498,6 +498,14 @@ struct DownloadTests {
             return bytesResponse(206, [UInt8(first)], headers: ["content-range": "bytes \(first)-\(first)/*"])
         }
         #expect(try makeClient(unknownSize).download(path: "/f", range: 10..<20) == [10, 11])
+        // One that sends a byte per answer is given up on, not followed for ever.
+        let slivers = FakeTransport { r, _ in
+            let first = Int(r.header("Range")!.dropFirst(6).split(separator: "-")[0])!
+            return bytesResponse(206, [1], headers: ["content-range": "bytes \(first)-\(first)/100000"])
+        }
+        let error = thrown { () throws(DropboxError) in try makeClient(slivers).download(path: "/f", range: 0..<5000) }
+        guard case .malformedResponse? = error else { Issue.record("\(String(describing: error))"); return }
+        #expect(slivers.requests.count == DropboxHTTPClient.mostPiecesPerDownload)
     }
 
     @Test func aCodedBodyIsNotTakenForTheFilesBytes() throws {
