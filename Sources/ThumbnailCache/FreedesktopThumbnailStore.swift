@@ -116,7 +116,8 @@ public final class FreedesktopThumbnailStore: ThumbnailStore {
 
     /// Whether the entry at `path` exists and carries `expected`.
     private func entry(at path: String, expected: [(String, String)]) -> Entry {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return errno == ENOENT ? .missing : .stale }
+        guard access(path, F_OK) == 0 else { return .missing }
+        guard let handle = FileHandle(forReadingAtPath: path) else { return .stale }
         defer { try? handle.close() }
         // The text chunks come right after the header, within the first few hundred bytes.
         guard let head = try? handle.read(upToCount: 16 << 10), let found = try? PNGText.texts(in: Array(head))

@@ -435,8 +435,10 @@ struct MountCommand: ParsableCommand {
         for index in 1..<Int(CommandLine.argc) {
             guard let argument = CommandLine.unsafeArgv[index] else { continue }
             let length = strlen(argument)
-            guard let question = memchr(argument, Int32(UInt8(ascii: "?")), length),
-                  SharedLink.looksLikeLink(String(cString: argument)) || String(cString: argument).contains("dropbox:http")
+            // The source as given: a link, or fstab's `dropbox:` before one.
+            var source = String(cString: argument)
+            if source.hasPrefix("dropbox:") { source.removeFirst("dropbox:".count) }
+            guard SharedLink.looksLikeLink(source), let question = memchr(argument, Int32(UInt8(ascii: "?")), length)
             else { continue }
             let start = UnsafeMutableRawPointer(question).assumingMemoryBound(to: CChar.self)
             memset(start, 0, length - (start - argument))

@@ -15,12 +15,12 @@ enum ErrorDecoding {
         case 401: return authError(response)
         case 400: return .badInput(text(response.body))
         case 429: return .rateLimited(retryAfter: retryAfter(response))
-        case 503 where retryAfterHeader(response) != nil:
+        case 500...599:
             // A 503 that says when to come back is a request to wait, as the Java SDK reads it
             // (`DbxRequestUtil.unexpectedStatus`): backing off half a second would ask again
             // many times inside the wait.
-            return .rateLimited(retryAfter: retryAfterHeader(response)!)
-        case 500...599: return .server(status: status, body: text(response.body))
+            if status == 503, let seconds = retryAfterHeader(response) { return .rateLimited(retryAfter: seconds) }
+            return .server(status: status, body: text(response.body))
         default: return .unexpectedStatus(status, body: text(response.body))
         }
     }

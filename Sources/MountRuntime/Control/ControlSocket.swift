@@ -45,9 +45,7 @@ public enum ControlSocket {
     /// folders that are this user's alone count: another user could otherwise fake a mount there.
     public static func directories(environment: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
         let uid = geteuid()
-        var candidates = [directory(environment: environment)]
-        if let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") { candidates.append(runtime + "/dbx-mount") }
-        candidates += ["/run/user/\(uid)/dbx-mount", "/tmp/dbx-mount-\(uid)"]
+        let candidates = [directory(environment: environment), "/run/user/\(uid)/dbx-mount", "/tmp/dbx-mount-\(uid)"]
         var found: [String] = []
         for folder in candidates where !found.contains(folder) && isPrivate(folder) { found.append(folder) }
         return found
@@ -84,7 +82,7 @@ public enum ControlSocket {
         guard lstat(directory, &info) == 0 else {
             throw Failure(description: "cannot inspect \(directory): \(String(cString: strerror(errno)))")
         }
-        guard info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else {
+        guard isPrivate(directory) else {
             throw Failure(description: "\(directory) must be a folder of this user's only (mode 0700)")
         }
     }
