@@ -38,3 +38,4 @@ CURLcode dbx_curl_setopt_write_function(CURL *h, dbx_curl_data_cb cb) { return c
 CURLcode dbx_curl_setopt_header_function(CURL *h, dbx_curl_data_cb cb) { return curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, cb); }
 CURLcode dbx_curl_setopt_xferinfo_function(CURL *h, dbx_curl_progress_cb cb) { return curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, cb); }
 CURLcode dbx_curl_getinfo_long(CURL *h, CURLINFO info, long *out) { return curl_easy_getinfo(h, info, out); }
+CURLcode dbx_curl_getinfo_off(CURL *h, CURLINFO info, curl_off_t *out) { return curl_easy_getinfo(h, info, out); }

@@ -50,6 +50,7 @@ typedef int (*dbx_curl_progress_cb)(void *_Nullable userdata, curl_off_t dltotal
                                     curl_off_t ultotal, curl_off_t ulnow);
 CURLcode dbx_curl_setopt_xferinfo_function(CURL *h, dbx_curl_progress_cb _Nullable cb);
 CURLcode dbx_curl_getinfo_long(CURL *h, CURLINFO info, long *out);
+CURLcode dbx_curl_getinfo_off(CURL *h, CURLINFO info, curl_off_t *out);
 
 #pragma clang assume_nonnull end
 

@@ -135,6 +135,15 @@ public final class CurlTransport: HTTPTransport {
                     ? "response headers larger than \(TransferSink.headerLimit >> 10) KiB"
                     : "response larger than the \(request.maxResponseBytes)-byte limit"))
             }
+            if code == CURLE_OPERATION_TIMEDOUT && Self.neverConnected(h) {
+                // A route that drops packets (a pulled cable behind a router, a captive network)
+                // times out in connect, where a missing route is refused at once. Either way no
+                // connection was made, which is what COULDNT_CONNECT says and what the mount's
+                // reachability reads as offline; a timeout on a connection that was made (a
+                // reused one included) stays a timeout.
+                return .failure(.failed(code: Int(CURLE_COULDNT_CONNECT.rawValue),
+                                        message: "curl error 7: no connection within the connect timeout (\(easy.message(for: code)))"))
+            }
             return .failure(.failed(code: Int(code.rawValue), message: "curl error \(code.rawValue): \(easy.message(for: code))"))
         }
         var status = 0
@@ -257,6 +266,15 @@ public final class CurlTransport: HTTPTransport {
     private static func milliseconds(_ seconds: Double) -> Int {
         guard seconds.isFinite, seconds > 0 else { return 1 }
         return Int(min(seconds * 1000, Double(Int32.max)).rounded(.up))
+    }
+
+    /// Whether the transfer ended before any TCP connection was made: no connect time, and no
+    /// request sent (a reused connection has no connect time of its own, but its request went out).
+    private static func neverConnected(_ h: UnsafeMutableRawPointer) -> Bool {
+        var connectTime: curl_off_t = 0
+        var requestBytes = 0
+        return dbx_curl_getinfo_off(h, CURLINFO_CONNECT_TIME_T, &connectTime) == CURLE_OK && connectTime == 0
+            && dbx_curl_getinfo_long(h, CURLINFO_REQUEST_SIZE, &requestBytes) == CURLE_OK && requestBytes == 0
     }
 
     /// True for `http(s)://127.x.x.x`, `localhost` and `[::1]` URLs.

@@ -205,6 +205,38 @@ struct CurlTransportTests {
         #expect(code == 7)  // CURLE_COULDNT_CONNECT
     }
 
+    @Test func aConnectThatTimesOutIsAFailureToConnect() throws {
+        let listener = try SilentListener()
+        defer { listener.close() }
+        let quick = CurlTransport(caBundlePath: nil, connectTimeout: 0.5)
+        let start = ContinuousClock.now
+        let error = thrown { () throws(HTTPTransportError) in
+            try quick.send(HTTPRequest(method: .get, url: "http://127.0.0.1:\(listener.port)/", timeout: 5))
+        }
+        guard case .failed(let code, let message)? = error else { Issue.record("\(String(describing: error))"); return }
+        #expect(code == 7)   // what the mount's reachability reads as offline
+        #expect(message.contains("connect timeout"))
+        #expect(ContinuousClock.now - start < .seconds(3))
+    }
+
+    @Test func aTimeoutOnAReusedConnectionStaysATimeout() throws {
+        let answered = Atomic<Int>(0)
+        let server = try RawHTTPServer { _, _ in
+            answered.add(1, ordering: .relaxed).oldValue == 0
+                ? .init(bytes: RawHTTPServer.http(200, Array("ok".utf8)))
+                : .init(bytes: RawHTTPServer.http(200, []), delay: 3)
+        }
+        defer { server.stop() }
+        let transport = CurlTransport(caBundlePath: nil)
+        #expect(try transport.send(HTTPRequest(method: .get, url: server.baseURL)).status == 200)
+        let error = thrown { () throws(HTTPTransportError) in
+            try transport.send(HTTPRequest(method: .get, url: server.baseURL, timeout: 0.5))
+        }
+        guard case .failed(let code, _)? = error else { Issue.record("\(String(describing: error))"); return }
+        #expect(code == 28)
+        #expect(server.connectionsAccepted == 1)
+    }
+
     @Test func tlsToAPlainServerFails() throws {
         let server = try RawHTTPServer { _, _ in .init(bytes: RawHTTPServer.http(200, Array("plain".utf8)), close: true) }
         defer { server.stop() }

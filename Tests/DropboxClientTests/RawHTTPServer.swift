@@ -125,3 +125,39 @@ final class RawHTTPServer: Sendable {
         return Array(text.utf8) + body
     }
 }
+
+/// A listening socket that never accepts, its queue filled by connections of its own, so the
+/// kernel drops every further SYN: a connect to it times out as to a host behind a dead route.
+final class SilentListener: Sendable {
+    let port: Int
+    private let sockets: [Int32]
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ready = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        guard ready else { _ = Glibc.close(fd); throw POSIXError(.EADDRINUSE) }
+        var fillers: [Int32] = []
+        for _ in 0..<4 {
+            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            _ = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) }
+            }
+            fillers.append(filler)
+        }
+        Thread.sleep(forTimeInterval: 0.2)   // the fillers' handshakes complete into the queue
+        port = Int(UInt16(bigEndian: address.sin_port))
+        sockets = [fd] + fillers
+    }
+
+    func close() {
+        for socket in sockets { _ = Glibc.close(socket) }
+    }
+}

@@ -5,13 +5,14 @@ mount catches up by itself. Without a saved tree it fails in one line."""
 import errno
 import os
 import random
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, Mount, free_port, is_mounted, mount_status, start_on
+from conftest import DBX_MOUNT, Mount, free_port, is_mounted, mount_status, start_on, wait_until_listed
 
 MiB = 1 << 20
 
@@ -84,6 +85,66 @@ def test_a_mount_without_dropbox_serves_the_saved_tree_and_catches_up(tree, tmp_
     finally:
         offline.unmount()
         if emulator:
+            emulator.stop()
+
+
+class DeadRoute:
+    """A listener on `port` that never accepts, its queue filled by connections of its own, so the
+    kernel drops every further SYN: connects time out as to a host behind a route that died."""
+
+    def __init__(self, port: int):
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.listener.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"port {port} never came free"
+                time.sleep(0.5)
+        self.listener.listen(1)
+        self.fillers = []
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            self.fillers.append(filler)
+        time.sleep(0.2)
+
+    def close(self):
+        for s in [self.listener, *self.fillers]:
+            s.close()
+
+
+def test_a_running_mount_whose_route_dies_goes_offline_rather_than_waiting_out_every_read(tree, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    port = free_port()
+    emulator = start_on(tree, port)
+    mount = Mount(emulator, tmp_path / "mnt", "--block-cache-dir", str(tmp_path / "blocks"))
+    dead = None
+    try:
+        mnt = mount.mountpoint
+        wait_until_listed(mnt)
+        assert (mnt / "Docs" / "read.bin").read_bytes() == (tree / "Docs" / "read.bin").read_bytes()
+        emulator.stop()
+        dead = DeadRoute(port)      # connections now time out instead of being refused
+        deadline = time.monotonic() + 120
+        while mount_status(mnt)["change_feed"]["state"] != "offline":
+            assert time.monotonic() < deadline, mount_status(mnt)["change_feed"]
+            time.sleep(1)
+        started = time.monotonic()
+        with pytest.raises(OSError) as failure:
+            (mnt / "Docs" / "unread.bin").read_bytes()
+        assert failure.value.errno == errno.EIO
+        assert time.monotonic() - started < 2, "an uncached read fails at once, not after 4 connect timeouts"
+        assert (mnt / "Docs" / "read.bin").read_bytes() == (tree / "Docs" / "read.bin").read_bytes()
+    finally:
+        mount.unmount()
+        if dead:
+            dead.close()
+        else:
             emulator.stop()
 
 

@@ -23,9 +23,10 @@ public final class Reachability: Sendable {
 }
 
 extension DropboxError {
-    /// The connection itself failed: the host did not resolve or refused (curl's
-    /// COULDNT_RESOLVE_HOST and COULDNT_CONNECT). A reset or a timeout mid-answer is a flaky link,
-    /// not an absent one.
+    /// The connection itself failed: the host did not resolve, refused, or never answered the
+    /// connect (curl's COULDNT_RESOLVE_HOST and COULDNT_CONNECT; `CurlTransport` reports a connect
+    /// that timed out as the latter). A reset or a timeout mid-answer is a flaky link, not an
+    /// absent one.
     var isUnreachable: Bool {
         if case .transport(let code, _) = self { return code == 6 || code == 7 }
         return false
