@@ -32,6 +32,8 @@ struct OpenDirectory {
     /// Whether opening it listed the folder: the kernel's cached listing may be older than the
     /// invalidations that listing queued, so it must not be kept.
     var listedByOpen = false
-    /// Taken at the first read from offset 0, and again at each one after (`rewinddir`).
-    var entries: [(name: String, slot: Slot)]?
+    /// Taken at the first read from offset 0, and again at each one after (`rewinddir`), or at a
+    /// read from elsewhere when none was taken (the kernel answered the first reads from its
+    /// cache). In increasing `offset`.
+    var entries: [(name: String, slot: Slot, offset: Int)]?
 }

@@ -203,12 +203,10 @@ public enum Callbacks {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 8)
         defer { buffer.deallocate() }
         var used = 0
-        var next = offset
         // Sizes the reply gives the kernel: only readdirplus gives any, and only for what fits.
         var reported: [(inode: InodeNumber, size: UInt64)] = []
         for entry in entries {
-            next += 1
-            guard let attributes = entry.attributes else { continue }   // removed since opendir
+            let attributes = entry.attributes
             let remaining = size - used
             let slot = buffer.baseAddress!.advanced(by: used).assumingMemoryBound(to: CChar.self)
             let needed: Int
@@ -222,10 +220,10 @@ public enum Callbacks {
                     param.attr_timeout = timeouts.attributes
                     param.entry_timeout = timeouts.entry
                 }
-                needed = fuse_add_direntry_plus(req, slot, remaining, entry.name, &param, next)
+                needed = fuse_add_direntry_plus(req, slot, remaining, entry.name, &param, off_t(entry.offset))
             } else {
                 var attr = stat(attributes)
-                needed = fuse_add_direntry(req, slot, remaining, entry.name, &attr, next)
+                needed = fuse_add_direntry(req, slot, remaining, entry.name, &attr, off_t(entry.offset))
             }
             if needed > remaining { break }
             used += needed

@@ -260,13 +260,50 @@ struct ChangeFeedTests {
         defer { fs.releaseDirectory(handle) }
         dropbox.addFile("/b.txt", [2])
         #expect(eventually { (try? resolve(fs, "b.txt")) != nil })
-        #expect(try fs.readDirectory(handle, from: 2).map(\.name) == ["a.txt", "b.txt"])
+        let listed = try fs.readDirectory(handle, from: 2)
+        #expect(listed.map(\.name) == ["a.txt", "b.txt"])
         // Read on from where it was, the snapshot holds; from the start again (rewinddir), it is
         // taken anew.
         dropbox.addFile("/c.txt", [3])
         #expect(eventually { (try? resolve(fs, "c.txt")) != nil })
-        #expect(try fs.readDirectory(handle, from: 3).map(\.name) == ["b.txt"])
+        #expect(try fs.readDirectory(handle, from: listed[0].offset).map(\.name) == ["b.txt"])
         #expect(try fs.readDirectory(handle, from: 0).map(\.name) == [".", "..", "a.txt", "b.txt", "c.txt"])
+    }
+
+    @Test func aListingGoneOnFromAnotherSnapshotMissesNothingThatWasThereAllAlong() throws {
+        // The kernel answers a second `ls` from its cached listing, with our offsets; dropped for a
+        // change, it asks this handle to go on from where it was, and this handle has no snapshot.
+        let names = (0..<20).map { String(format: "f%02d", $0) }
+        for name in names { dropbox.addFile("/" + name, [1]) }
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let first = try fs.openDirectory(.root)
+        let cached = try fs.readDirectory(first, from: 0)
+        fs.releaseDirectory(first)
+        let second = try fs.openDirectory(.root)
+        defer { fs.releaseDirectory(second) }
+        for name in names.prefix(6) { dropbox.remove("/" + name) }
+        #expect(eventually { (try? resolve(fs, "f05")) == nil })
+        let goneOnFrom = try #require(cached.first { $0.name == "f09" }).offset
+        #expect(try fs.readDirectory(second, from: goneOnFrom).map(\.name) == Array(names[10...]))
+    }
+
+    @Test func entriesRemovedSinceTheSnapshotDoNotEndTheListing() throws {
+        // A reply with no entry is the folder's end to the kernel: a batch whose entries were all
+        // removed must still bring the live ones after them.
+        let names = (0..<20).map { String(format: "f%02d", $0) }
+        for name in names { dropbox.addFile("/" + name, [1]) }
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let handle = try fs.openDirectory(.root)
+        defer { fs.releaseDirectory(handle) }
+        let dots = try fs.readDirectory(handle, from: 0, limit: 2)
+        #expect(dots.map(\.name) == [".", ".."])
+        for name in names.prefix(10) { dropbox.remove("/" + name) }
+        #expect(eventually { (try? resolve(fs, "f09")) == nil })
+        #expect(try fs.readDirectory(handle, from: dots[1].offset, limit: 5).map(\.name) == Array(names[10..<15]))
     }
 
     @Test func aDeletedDocumentTakesItsExportAwayWhateverItsFormatAlsoAfterARemount() throws {

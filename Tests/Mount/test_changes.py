@@ -139,3 +139,30 @@ def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):
             second.unmount()
     finally:
         emulator.stop()
+
+
+def test_a_listing_that_outlives_deletions_ahead_of_it_misses_no_file_that_stayed(live):
+    # A first `ls` leaves the folder's listing in the kernel; a second reader is answered from it,
+    # and when a deletion drops it mid-way the kernel asks the mount to go on from where that
+    # reader was. Offsets that were positions skipped as many survivors as were deleted.
+    served, mnt = live
+    wide = served / "wide"
+    wide.mkdir()
+    names = [f"f{i:04d}" for i in range(3000)]
+    for name in names:
+        (wide / name).write_bytes(b"x")
+    assert wait_for(lambda: len(os.listdir(mnt / "wide")) == 3000, 10)
+    time.sleep(1)
+    assert len(os.listdir(mnt / "wide")) == 3000    # the listing the kernel keeps
+    seen = []
+    with os.scandir(mnt / "wide") as entries:
+        for entry in entries:
+            seen.append(entry.name)
+            if len(seen) == 1001:
+                for name in names[:600]:
+                    (wide / name).unlink()
+                assert wait_for(lambda: not (mnt / "wide" / names[599]).exists(), 10)
+                time.sleep(2)
+    assert len(seen) == len(set(seen)), "no entry twice"
+    missed = sorted(set(names[600:]) - set(seen))
+    assert not missed, f"{len(missed)} files that were there all along were never listed, such as {missed[:3]}"

@@ -158,9 +158,10 @@ extension DropboxFilesystem {
                                size: file.size, modified: file.modified, mimeType: mimeType)
     }
 
-    /// Entries of an open directory from `offset` (an index into the snapshot) on, with attributes
-    /// as they are now: readdirplus hands them to the kernel, which must not get older ones than a
-    /// getattr answered in between. An entry removed since the snapshot is left out.
+    /// Entries of an open directory after `offset` (0, or the `offset` of an entry it returned),
+    /// with attributes as they are now: readdirplus hands them to the kernel, which must not get
+    /// older ones than a getattr answered in between. An entry removed since the snapshot is left
+    /// out (nothing after it is).
     ///
     /// The snapshot is taken at a read from offset 0, not at opendir: the kernel caches a folder's
     /// listing (`cache_readdir`) from the replies to a read that starts at 0, and keeps it until
@@ -168,6 +169,12 @@ extension DropboxFilesystem {
     /// for thumbnails) has had its invalidation sent already, so a snapshot from opendir would
     /// be cached as complete without the change, for good. Taken at the read, it holds every
     /// change whose invalidation came before; one after it resets what the kernel cached.
+    ///
+    /// Offsets name entries, not positions (`listingOffset`). A reader can go on from an offset in
+    /// a snapshot other than the one it came from: when the kernel answered the first reads from
+    /// its cache and then dropped it for a change, its next read comes here with an offset and no
+    /// snapshot yet. Had offsets been positions, every entry removed ahead of it would have moved
+    /// that many others past the reader, never returned although they were there all along.
     public func readDirectory(_ handle: FileHandleID, from offset: Int, limit: Int = .max) throws(FSError)
         -> [DirectoryEntry]
     {
@@ -181,18 +188,18 @@ extension DropboxFilesystem {
                     state.directoryHandles[handle] = open
                 }
                 let snapshot = open.entries ?? []
-                guard offset >= 0, offset < snapshot.count else {
+                let start = Self.firstIndex(in: snapshot, after: offset)
+                guard start < snapshot.count else {
                     // The reader has every entry (the kernel asks past the end once it has).
                     readToTheEnd = state.feed.foldersReadAfterWaiting.removeValue(forKey: handle) != nil
                     return []
                 }
+                // Entries removed since the snapshot are passed over, not counted: a batch of them
+                // only would be an empty reply, which the kernel takes for the folder's end.
                 var entries: [DirectoryEntry] = []
-                for (name, slot) in snapshot[offset...].prefix(limit) {
-                    guard state.tree.isAlive(slot) else {
-                        entries.append(DirectoryEntry(name: name, attributes: nil))
-                        continue
-                    }
-                    entries.append(DirectoryEntry(name: name, attributes: attributes(of: slot, in: state.tree)))
+                for (name, slot, offset) in snapshot[start...] where state.tree.isAlive(slot) {
+                    guard entries.count < limit else { break }
+                    entries.append(DirectoryEntry(name: name, attributes: attributes(of: slot, in: state.tree), offset: offset))
                 }
                 return entries
             }
@@ -200,12 +207,29 @@ extension DropboxFilesystem {
     }
 
     /// The folder's entries now, `.` and `..` first; none for a folder removed since it was opened.
-    private func snapshot(of folder: Slot, in tree: Tree) -> [(name: String, slot: Slot)] {
+    private func snapshot(of folder: Slot, in tree: Tree) -> [(name: String, slot: Slot, offset: Int)] {
         guard tree.isAlive(folder), tree.isDirectory(folder) else { return [] }
-        var entries = [(".", folder), ("..", folder == .root ? folder : tree.parent(folder))]
-        for child in tree.children(of: folder) { entries.append((tree.name(child), child)) }
+        var entries = [(".", folder, 1), ("..", folder == .root ? folder : tree.parent(folder), 2)]
+        for child in tree.children(of: folder) { entries.append((tree.name(child), child, Self.listingOffset(child))) }
+        // Children come in the order they were added, which is slot order; sorted only if not.
+        if zip(entries, entries.dropFirst()).contains(where: { $0.2 >= $1.2 }) { entries.sort { $0.2 < $1.2 } }
         return entries
     }
+
+    /// The first entry of `snapshot` (in increasing offset) whose offset is past `offset`.
+    private static func firstIndex(in snapshot: [(name: String, slot: Slot, offset: Int)], after offset: Int) -> Int {
+        var low = 0, high = snapshot.count
+        while low < high {
+            let middle = (low + high) / 2
+            if snapshot[middle].offset > offset { high = middle } else { low = middle + 1 }
+        }
+        return low
+    }
+
+    /// A child's `readdir` offset: its slot, past `.` (1) and `..` (2). A slot is never reused nor
+    /// moved to another entry while the mount runs (Tree), so the offset finds its place in any
+    /// snapshot of the folder, also after the entry itself was removed.
+    static func listingOffset(_ child: Slot) -> Int { Int(child.index) + 3 }
 
     public func releaseDirectory(_ handle: FileHandleID) {
         let heldTheFill = state.withLock { state in

@@ -33,9 +33,10 @@ public struct NodeAttributes: Sendable, Equatable {
 /// One entry of a directory handle, with what readdirplus needs besides the name.
 public struct DirectoryEntry: Sendable, Equatable {
     public var name: String
-    /// nil when the entry was removed after the directory was opened: its place in the offsets
-    /// stays, but nothing is shown for it.
-    public var attributes: NodeAttributes?
+    public var attributes: NodeAttributes
+    /// Where a read that follows this entry starts (its `d_off`): stable for as long as the mount
+    /// runs, whatever else is added to or removed from the folder meanwhile.
+    public var offset: Int
 }
 
 /// What `statfs` shows: sizes in bytes from `users/get_space_usage`.
