@@ -80,8 +80,13 @@ public enum Callbacks {
         switch Result(catching: { () throws(FSError) in
             try mount.filesystem.lookup(parent: InodeNumber(parent), name: name)
         }) {
-        case .success(let attributes): reply.entry(attributes, timeouts: mount.timeouts)
-        case .failure(.notFound): reply.negativeEntry(timeout: mount.timeouts.negativeEntry)
+        case .success(let attributes):
+            var timeouts = mount.timeouts
+            if !mount.filesystem.kernelMayKeepEntry(named: name, found: attributes) { timeouts.entry = 0 }
+            reply.entry(attributes, timeouts: timeouts)
+        case .failure(.notFound):
+            let keep = mount.filesystem.kernelMayKeepEntry(named: name, found: nil)
+            reply.negativeEntry(timeout: keep ? mount.timeouts.negativeEntry : 0)
         case .failure(let error): reply.failure(error)
         }
     }

@@ -248,6 +248,20 @@ struct DropboxFSTests {
         #expect(try names(folded, .root).contains("Photo.JPG"), "names still appear as Dropbox has them")
     }
 
+    @Test func onlyDropboxsOwnSpellingIsKeptByTheKernelWhenNamesMatchInAnyCase() throws {
+        // Invalidations name Dropbox's spelling; the kernel must not keep another, nor an absence.
+        dropbox.addFile("/Photo.JPG", [1])
+        let folded = makeFS(FilesystemOptions(caseInsensitive: true))
+        let asStored = try folded.lookup(parent: .root, name: "Photo.JPG")
+        let otherwise = try folded.lookup(parent: .root, name: "photo.jpg")
+        #expect(folded.kernelMayKeepEntry(named: "Photo.JPG", found: asStored))
+        #expect(!folded.kernelMayKeepEntry(named: "photo.jpg", found: otherwise))
+        #expect(!folded.kernelMayKeepEntry(named: "late.txt", found: nil), "a file added as LATE.TXT would answer")
+        let exact = makeFS()
+        #expect(exact.kernelMayKeepEntry(named: "late.txt", found: nil), "exact names: the addition's own invalidation")
+        #expect(exact.kernelMayKeepEntry(named: "Photo.JPG", found: try exact.lookup(parent: .root, name: "Photo.JPG")))
+    }
+
     @Test func hostileNamesAreSkipped() throws {
         func file(_ name: String) -> Metadata {
             .file(FileMetadata(name: name, id: "id:\(name)", pathLower: nil, pathDisplay: nil, clientModified: 0,

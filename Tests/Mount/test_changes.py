@@ -166,3 +166,28 @@ def test_a_listing_that_outlives_deletions_ahead_of_it_misses_no_file_that_staye
     assert len(seen) == len(set(seen)), "no entry twice"
     missed = sorted(set(names[600:]) - set(seen))
     assert not missed, f"{len(missed)} files that were there all along were never listed, such as {missed[:3]}"
+
+
+def test_with_names_in_any_case_a_spelling_other_than_dropboxs_follows_changes(tmp_path):
+    # Invalidations name entries as Dropbox spells them: the kernel must not keep another spelling,
+    # nor "no such name" for a name a file added later answers to.
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "readme.txt").write_bytes(b"first\n")
+    emulator = Emulator(served)
+    mount = Mount(emulator, tmp_path / "mnt", "-o", "case_insensitive")
+    try:
+        mnt = mount.mountpoint
+        assert (mnt / "README.TXT").read_bytes() == b"first\n"
+        assert not (mnt / "LATE.TXT").exists()
+        time.sleep(1)   # the feed goes live: from here the kernel may keep entries for the ttl (60 s)
+        (served / "late.txt").write_bytes(b"late\n")
+        assert wait_for(lambda: (mnt / "LATE.TXT").exists(), 5), "a name looked up before it existed"
+        (served / "readme.txt").unlink()
+        assert wait_for(lambda: not (mnt / "README.TXT").exists(), 5), "a removed file, by another spelling"
+        (served / "readme.txt").write_bytes(b"second, longer\n")
+        assert wait_for(lambda: (mnt / "README.TXT").exists() and os.stat(mnt / "README.TXT").st_size == 15, 5)
+        assert (mnt / "README.TXT").read_bytes() == b"second, longer\n"
+    finally:
+        mount.unmount()
+        emulator.stop()

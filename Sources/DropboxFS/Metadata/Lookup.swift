@@ -19,6 +19,19 @@ extension DropboxFilesystem {
         }
     }
 
+    /// Whether the kernel may keep what a lookup of `name` answered (`found`, or nil for "no such
+    /// name") until an invalidation tells it otherwise. Invalidations name an entry as Dropbox
+    /// spells it. Where names match in any case and form (`caseInsensitive`), the kernel also
+    /// keeps the other spellings it was answered for, and the absence of names that a file added
+    /// later will answer to: no invalidation would ever name those, so they are not to be kept.
+    public func kernelMayKeepEntry(named name: String, found: NodeAttributes?) -> Bool {
+        guard options.caseInsensitive else { return true }
+        guard let found, let slot = Slot(found.inode) else { return false }
+        return state.withLock { state in
+            state.tree.isAlive(slot) && state.tree.name(slot).utf8.elementsEqual(name.utf8)
+        }
+    }
+
     /// `name` in `folder` as the tree has it: nil if the tree holds no such child.
     private func child(_ name: String, of folder: Slot, in state: inout State) throws(FSError) -> NodeAttributes? {
         guard state.tree.isAlive(folder) else { throw .notFound }
