@@ -5,6 +5,8 @@ struct State {
     var directoryHandles: [FileHandleID: OpenDirectory] = [:]
     var nextHandle: UInt64 = 1
     var statistics: (FilesystemStatistics, Double)?
+    /// A `users/get_space_usage` call for stale figures is under way (`statistics()`).
+    var statisticsRefreshing = false
     var feed = FeedStatus()
     /// When caches were last dropped (SIGHUP): a folder listed before then is listed again, even
     /// while the feed is live.

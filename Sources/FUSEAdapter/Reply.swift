@@ -195,7 +195,9 @@ struct Reply: ~Copyable {
         vfs.f_blocks = UInt(max(stats.allocatedBytes, stats.usedBytes) / block)
         vfs.f_bfree = UInt(stats.allocatedBytes > stats.usedBytes ? (stats.allocatedBytes - stats.usedBytes) / block : 0)
         vfs.f_bavail = vfs.f_bfree
-        vfs.f_files = UInt(stats.nodeCount)
+        vfs.f_files = UInt(stats.nodeCount + FilesystemStatistics.freeNodes)
+        vfs.f_ffree = UInt(FilesystemStatistics.freeNodes)
+        vfs.f_favail = vfs.f_ffree
         vfs.f_namemax = UInt(FilesystemStatistics.maximumNameLength)
         if claim() { fuse_reply_statfs(request, &vfs) }
         ended(failed: false)

@@ -359,10 +359,36 @@ struct DropboxFSTests {
         dropbox.fail(with: nil)
         clock.advance(by: 61)
         #expect(try fs.statistics().usedBytes == 1 << 30)
+        let asked = Atomic<Int>(0)
+        dropbox.setSpaceUsageGate { asked.add(1, ordering: .relaxed) }
+        defer { dropbox.setSpaceUsageGate(nil) }
         dropbox.fail(with: .server(status: 503, body: ""))
         clock.advance(by: 61)
         let stale = try fs.statistics()
         #expect(stale.usedBytes == 1 << 30 && stale.allocatedBytes == 2 << 30, "the last figures stand")
+        #expect(eventually { asked.load(ordering: .relaxed) == 1 }, "asked again in the background")
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(try fs.statistics().usedBytes == 1 << 30)
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(asked.load(ordering: .relaxed) == 1, "a failing Dropbox is asked once per TTL, not at every df")
+    }
+
+    @Test func staleStatisticsAreAnsweredAtOnceAndRefreshedInTheBackground() throws {
+        let fs = makeFS()
+        #expect(try fs.statistics().usedBytes == 1 << 30, "the first figures are waited for")
+        let held = DispatchSemaphore(value: 0)
+        dropbox.setSpaceUsageGate { held.wait() }
+        dropbox.setSpaceUsed(3 << 30)
+        clock.advance(by: 61)
+        let started = ContinuousClock.now
+        #expect(try fs.statistics().usedBytes == 1 << 30, "stale figures, at once, while Dropbox is slow")
+        #expect(try fs.statistics().usedBytes == 1 << 30)
+        #expect(ContinuousClock.now - started < .seconds(1))
+        held.signal()
+        held.signal()
+        #expect(eventually { (try? fs.statistics().usedBytes) == 3 << 30 }, "the new figures once it answers")
+        #expect(dropbox.counters.spaceUsage == 2, "one refresh, however many df asked meanwhile")
+        dropbox.setSpaceUsageGate(nil)
     }
 
     @Test func dropboxFailuresBecomeFilesystemErrors() throws {

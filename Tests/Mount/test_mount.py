@@ -139,6 +139,11 @@ def test_statfs_comes_from_space_usage(emulator, shared_mount):
     vfs = os.statvfs(shared_mount)
     assert vfs.f_blocks * vfs.f_frsize == usage["allocation"]["allocated"] // 4096 * 4096
     assert (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize == pytest.approx(usage["used"], abs=8192)
+    # `df -i`: the entries shown are in use, and there is room for more (none free reads as full).
+    entries = sum(len(dirs) + len(files) for _, dirs, files in os.walk(shared_mount))
+    vfs = os.statvfs(shared_mount)
+    assert vfs.f_files - vfs.f_ffree == entries + 1    # and the root
+    assert vfs.f_ffree > 0 and vfs.f_favail == vfs.f_ffree
 
 
 def test_xattrs_carry_the_dropbox_rev(emulator, shared_mount):

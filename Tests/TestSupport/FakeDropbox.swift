@@ -47,6 +47,7 @@ public final class FakeDropbox: DropboxAPI {
         /// Each entry cuts one coming streamed download after that many bytes.
         var cuts: [Int] = []
         var downloadLatency = 0.0
+        var spaceUsed: UInt64 = 1 << 30
         /// Bytes per second each download gets on its own (0: no limit), as a far server's TCP
         /// window per round trip allows one connection whatever the link could carry.
         var connectionBandwidth = 0.0
@@ -71,6 +72,7 @@ public final class FakeDropbox: DropboxAPI {
         var path: (@Sendable (_ path: String, _ recursive: Bool) -> Void)?
         var chunk: (@Sendable (_ range: Range<UInt64>, _ sent: Int) -> Void)?
         var thumbnail: (@Sendable () -> Void)?
+        var spaceUsage: (@Sendable () -> Void)?
     }
     private let gates: Mutex<Gates>
 
@@ -108,6 +110,14 @@ public final class FakeDropbox: DropboxAPI {
     public func setThumbnailGate(_ gate: (@Sendable () -> Void)?) {
         gates.withLock { $0.thumbnail = gate }
     }
+
+    /// Called inside `spaceUsage`, before answering: lets a test hold the call in flight.
+    public func setSpaceUsageGate(_ gate: (@Sendable () -> Void)?) {
+        gates.withLock { $0.spaceUsage = gate }
+    }
+
+    /// What `spaceUsage` says is used (1 GiB unless set).
+    public func setSpaceUsed(_ bytes: UInt64) { contents.withLock { $0.spaceUsed = bytes } }
 
     /// Replaces the gates (see `init`); a gate may change this Dropbox.
     public func setGates(listing: (@Sendable () -> Void)?, recursive: (@Sendable () -> Void)?) {
@@ -197,9 +207,10 @@ public final class FakeDropbox: DropboxAPI {
     }
 
     public func spaceUsage() throws(DropboxError) -> SpaceUsage {
+        gates.withLock { $0.spaceUsage }?()
         try checkFailure()
-        contents.withLock { $0.counters.spaceUsage += 1 }
-        return SpaceUsage(used: 1 << 30, allocated: 2 << 30)
+        let used = contents.withLock { $0.counters.spaceUsage += 1; return $0.spaceUsed }
+        return SpaceUsage(used: used, allocated: 2 << 30)
     }
 
     public func listFolder(path: String, recursive: Bool, limit: Int?) throws(DropboxError) -> ListFolderPage {

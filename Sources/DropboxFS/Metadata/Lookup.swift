@@ -2,6 +2,7 @@
 // keeps within its TTL.
 
 import DropboxClient
+import Foundation
 
 extension DropboxFilesystem {
     // MARK: - Metadata
@@ -254,34 +255,55 @@ extension DropboxFilesystem {
 
     // MARK: - Filesystem
 
-    /// Space used and allocated, from `users/get_space_usage`, trusted for the metadata TTL. When
-    /// Dropbox cannot answer (offline, failing), `df` still gets an answer: the last figures, or
-    /// zeros before any, as rclone and mountpoint-s3 answer; the failed call is logged.
+    /// Space used and allocated, from `users/get_space_usage`, trusted for the metadata TTL. `df`
+    /// waits for Dropbox only for the first figures: stale ones are answered at once and asked for
+    /// again in the background, as a slow or hung link would otherwise hold every `df` (and every
+    /// file manager's free-space line) for up to the call's deadline. When Dropbox cannot answer
+    /// (offline, failing), the last figures stand, or zeros before any, as rclone and mountpoint-s3
+    /// answer; the failed call is logged.
     public func statistics() throws(FSError) -> FilesystemStatistics {
         try reporting(.statfs) { () throws(FSError) -> FilesystemStatistics in
-            let (fresh, last) = state.withLock { state -> (Bool, FilesystemStatistics?) in
-                guard let (stats, at) = state.statistics else { return (false, nil) }
-                return (now() - at < ttlSeconds, stats)
+            let (last, fresh, refresh) = state.withLock { state -> (FilesystemStatistics?, Bool, Bool) in
+                guard let (stats, at) = state.statistics else { return (nil, false, false) }
+                let current = FilesystemStatistics(usedBytes: stats.usedBytes, allocatedBytes: stats.allocatedBytes,
+                                                   nodeCount: UInt64(state.tree.liveCount))
+                let fresh = now() - at < ttlSeconds
+                let refresh = !fresh && !state.statisticsRefreshing && !reachability.isUnreachable
+                if refresh { state.statisticsRefreshing = true }
+                return (current, fresh, refresh)
             }
-            func lastKnown() -> FilesystemStatistics {
-                let nodes = state.withLock { UInt64($0.tree.liveCount) }
-                return FilesystemStatistics(usedBytes: last?.usedBytes ?? 0, allocatedBytes: last?.allocatedBytes ?? 0,
-                                            nodeCount: nodes)
+            if let last {
+                if refresh {
+                    Thread.detachNewThread { [self] in
+                        _ = try? fetchStatistics()
+                        state.withLock { $0.statisticsRefreshing = false }
+                    }
+                }
+                return last
             }
-            if let last, fresh { return last }
             // No call while the mount knows Dropbox is out of reach: `df` must not wait out retries.
-            if reachability.isUnreachable { return lastKnown() }
-            let usage: SpaceUsage
-            do throws(DropboxError) { usage = try api.spaceUsage() } catch {
-                if error == .stopped { throw FSError(error) }
-                return lastKnown()
-            }
-            return state.withLock { state in
-                let stats = FilesystemStatistics(usedBytes: usage.used, allocatedBytes: usage.allocated,
-                                                 nodeCount: UInt64(state.tree.liveCount))
-                state.statistics = (stats, now())
-                return stats
-            }
+            let zeros = FilesystemStatistics(usedBytes: 0, allocatedBytes: 0,
+                                             nodeCount: state.withLock { UInt64($0.tree.liveCount) })
+            if reachability.isUnreachable { return zeros }
+            return try fetchStatistics() ?? zeros
+        }
+    }
+
+    /// Asks Dropbox for the figures and keeps them; nil when it could not answer.
+    private func fetchStatistics() throws(FSError) -> FilesystemStatistics? {
+        let usage: SpaceUsage
+        do throws(DropboxError) { usage = try api.spaceUsage() } catch {
+            if error == .stopped { throw FSError(error) }
+            logger.notice("users/get_space_usage failed; df shows the last figures", metadata: ["error": "\(error)"])
+            // The last figures stand for another TTL: a failing Dropbox is not asked at every `df`.
+            state.withLock { state in state.statistics = state.statistics.map { ($0.0, now()) } }
+            return nil
+        }
+        return state.withLock { state in
+            let stats = FilesystemStatistics(usedBytes: usage.used, allocatedBytes: usage.allocated,
+                                             nodeCount: UInt64(state.tree.liveCount))
+            state.statistics = (stats, now())
+            return stats
         }
     }
 
