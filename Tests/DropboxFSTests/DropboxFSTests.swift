@@ -267,12 +267,15 @@ struct DropboxFSTests {
             .file(FileMetadata(name: name, id: "id:\(name)", pathLower: nil, pathDisplay: nil, clientModified: 0,
                                serverModified: 0, rev: "abcdef0123", size: 1))
         }
+        // 255 characters of a CJK name are 765 bytes: longer than most disks allow, not than FUSE.
+        let cjk = String(repeating: "\u{65E5}", count: 255)
         dropbox.injectListing("", [file("ok"), file("a/b"), file("."), file(".."), file(""), file("nul\0x"),
-                                   file(String(repeating: "x", count: 256)), file(String(repeating: "y", count: 255)),
-                                   file("Dup"), file("dup")])
+                                   file(String(repeating: "x", count: 1025)), file(String(repeating: "y", count: 1024)),
+                                   file(cjk), file("Dup"), file("dup")])
         let fs = makeFS()
         let listed = try names(fs, .root).dropFirst(2)
-        #expect(Array(listed) == ["ok", String(repeating: "y", count: 255), "Dup"])
+        #expect(Array(listed) == ["ok", String(repeating: "y", count: 1024), cjk, "Dup"])
+        #expect(try fs.lookup(parent: .root, name: cjk).size == 1)
     }
 
     @Test func documentsDropboxCannotDownloadAppearAsTheirExports() throws {

@@ -45,7 +45,7 @@ public struct FilesystemStatistics: Sendable, Equatable {
     public var allocatedBytes: UInt64
     public var nodeCount: UInt64
     public static let blockSize: UInt64 = 4096
-    public static let maximumNameLength: UInt64 = 255
+    public static let maximumNameLength = UInt64(EntryName.longest)
     /// Inodes shown free: Dropbox sets no limit on entries, and none free (`df -i` at 100%) sets
     /// off disk-full alerts that watch inodes. rclone shows as many.
     public static let freeNodes: UInt64 = 1_000_000_000
