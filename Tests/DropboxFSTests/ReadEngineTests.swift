@@ -602,6 +602,23 @@ struct ReadEngineTests {
                 "a later read tries again")
     }
 
+    @Test func aDownloadThatTimedOutIsNotWaitedOutAgainAtOnce() throws {
+        // A server that takes connections and never answers: each call waits its whole deadline.
+        // Not a second call for the same part, nor for the kernel's read of the page right after.
+        let timeout = DropboxError.transport(code: 28, message: "Operation timed out after 10001 milliseconds")
+        dropbox.addFile("/f.bin", Self.content(Self.MiB))
+        let fs = makeFS()
+        let handle = try open(fs, "f.bin")
+        dropbox.fail(with: timeout)
+        #expect(throws: FSError.upstream(timeout)) { try fs.read(handle, offset: 0, size: 4096) }
+        #expect(dropbox.counters.download == 0 && dropbox.downloadAttempts == 1, "one call, not one more")
+        #expect(throws: FSError.upstream(timeout)) { try fs.read(handle, offset: 0, size: 4096) }
+        #expect(dropbox.downloadAttempts == 1, "the kernel's read again fails at once")
+        dropbox.fail(with: nil)
+        Thread.sleep(forTimeInterval: ReadEngine.timeoutEcho.seconds + 0.1)
+        #expect(try fs.read(handle, offset: 0, size: 4096) == Array(Self.content(Self.MiB)[0..<4096]))
+    }
+
     @Test func theBlockCacheServesASecondReadWithoutDownloading() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-blocks-\(UUID())").path
         defer { try? FileManager.default.removeItem(atPath: directory) }

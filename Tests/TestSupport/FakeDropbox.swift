@@ -48,6 +48,7 @@ public final class FakeDropbox: DropboxAPI {
         var cuts: [Int] = []
         var downloadLatency = 0.0
         var spaceUsed: UInt64 = 1 << 30
+        var downloadAttempts = 0
         /// Bytes per second each download gets on its own (0: no limit), as a far server's TCP
         /// window per round trip allows one connection whatever the link could carry.
         var connectionBandwidth = 0.0
@@ -85,6 +86,9 @@ public final class FakeDropbox: DropboxAPI {
     }
 
     public var counters: Counters { contents.withLock { $0.counters } }
+
+    /// Downloads asked for, failed ones included (`counters.download` counts those answered).
+    public var downloadAttempts: Int { contents.withLock { $0.downloadAttempts } }
 
     /// Every file and folder, keyed by lowercased path.
     public var items: [String: Item] { contents.withLock { $0.items } }
@@ -432,6 +436,7 @@ public final class FakeDropbox: DropboxAPI {
     }
 
     public func download(path: String, range: Range<UInt64>) throws(DropboxError) -> [UInt8] {
+        contents.withLock { $0.downloadAttempts += 1 }
         try checkFailure()
         return try contents.withLock { c throws(DropboxError) -> [UInt8] in
             c.counters.download += 1

@@ -190,6 +190,13 @@ final class ReadEngine: Sendable {
     /// True while Dropbox cannot be reached: what the block cache cannot serve fails at once.
     let linkDown: @Sendable () -> Bool
 
+    /// The last download that timed out, and when: a server that takes connections but does not
+    /// answer (hung, or behind a proxy that is) costs a whole `--deadline` per call, and the
+    /// kernel reads a page again at once after its read-ahead failed. Within `timeoutEcho` of a
+    /// timeout, the same rev's next download fails at once instead of waiting out another.
+    private let lastTimeout = Mutex<(rev: String, at: ContinuousClock.Instant, error: DropboxError)?>(nil)
+    static let timeoutEcho: Duration = .seconds(2)
+
     init(api: any DropboxAPI, options: ReadAheadOptions, logger: Logger, linkDown: @escaping @Sendable () -> Bool = { false }) {
         self.api = api
         self.linkDown = linkDown
@@ -530,6 +537,10 @@ final class ReadEngine: Sendable {
                 continue
             }
             if linkDown() { return part.fail(.upstream(Reachability.offline)) }
+            if let timedOut = lastTimeout.withLock({ $0 }), timedOut.rev == file.rev,
+               ContinuousClock.now - timedOut.at < Self.timeoutEcho {
+                return part.fail(FSError(timedOut.error))
+            }
             let end = cache?.nextCachedOffset(after: start, before: part.range.upperBound, file: file) ?? part.range.upperBound
             do throws(DropboxError) {
                 let sent = ContinuousClock.now
@@ -557,7 +568,10 @@ final class ReadEngine: Sendable {
             } catch {
                 if part.isCancelled { return }
                 stalls = part.filledCount > done ? 0 : stalls + 1
-                guard error.isTransient, stalls < 2 else {
+                if error.isTimeout { lastTimeout.withLock { $0 = (file.rev, .now, error) } }
+                // A call that made no progress is made once more (its own retries may all have
+                // met a flaky moment), but not after a timeout: that call waited its whole deadline.
+                guard error.isTransient, stalls < 2, !error.isTimeout || part.filledCount > done else {
                     // The rev is gone only if the file changed after open; that is a failed read, not ENOENT.
                     return part.fail(error.isRoute("path") ? .upstream(error) : FSError(error))
                 }
@@ -585,5 +599,11 @@ extension DropboxError {
         case .transport, .server, .rateLimited: true
         default: false
         }
+    }
+
+    /// The call waited out its time (curl's OPERATION_TIMEDOUT) on a connection that was made.
+    var isTimeout: Bool {
+        if case .transport(28, _) = self { return true }
+        return false
     }
 }
