@@ -92,6 +92,17 @@ public final class SQLiteMetadataStore: MetadataStore {
         return tree ?? nil
     }
 
+    /// Whether a tree is saved here (a cursor, which every save writes with its entries): what a
+    /// mount that cannot reach Dropbox needs in order to start offline. A file that exists but
+    /// holds none (created by a mount that ended before its first save, cleared by a `reset`,
+    /// or found damaged) does not count.
+    public var holdsASavedTree: Bool {
+        withDatabase("check") { database throws(SQLiteError) -> Bool in
+            let meta = try database.prepare("SELECT cursor IS NOT NULL FROM meta")
+            return try meta.step() && meta.int64(0) == 1
+        } ?? false
+    }
+
     public func save(_ tree: PersistedTree) {
         withDatabase("save") { database throws(SQLiteError) in
             // IMMEDIATE takes the write lock at once, so a second process makes this wait (busy

@@ -6,13 +6,14 @@ import errno
 import os
 import random
 import socket
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, Mount, free_port, is_mounted, mount_status, start_on, wait_until_listed
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, free_port, is_mounted, mount_status, start_on, wait_until_listed
 
 MiB = 1 << 20
 
@@ -160,3 +161,28 @@ def test_without_a_saved_tree_an_unreachable_dropbox_fails_in_one_line(tmp_path)
     assert len(lines) == 1 and "curl error 7" in lines[0], result.stderr
     assert lines[0].count("cannot reach Dropbox") == 1, lines[0]
     assert not is_mounted(tmp_path / "mnt")
+
+
+def test_a_cache_file_without_a_saved_tree_is_no_tree_to_mount_offline(tree, tmp_path, monkeypatch):
+    # A mount that ended before its first save, or a tree cleared by a `reset`, leaves the cache
+    # file with no cursor and no entries: "mounted offline" would then show an empty, failing root.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    emulator = Emulator(tree)
+    first = Mount(emulator, tmp_path / "mnt")
+    first.unmount()
+    emulator.stop()
+    saved = list((tmp_path / "cache" / "dbx-mount").glob("*.sqlite"))
+    assert len(saved) == 1, saved
+    with sqlite3.connect(saved[0]) as database:
+        database.execute("UPDATE meta SET cursor = NULL")
+        database.execute("DELETE FROM entries")
+    env = dict(os.environ, DBX_ACCESS_TOKEN=TOKEN, DBX_API_URL=emulator.url, DBX_CONTENT_URL=emulator.url,
+               DBX_NOTIFY_URL=emulator.url, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    try:
+        result = subprocess.run([str(DBX_MOUNT), "-f", str(tmp_path / "mnt")], env=env, capture_output=True,
+                                text=True, timeout=30)
+    finally:
+        if is_mounted(tmp_path / "mnt"):    # mounted "offline" after all: never left behind
+            subprocess.run(["fusermount3", "-u", "-z", str(tmp_path / "mnt")])
+    assert result.returncode == 1, result.stderr
+    assert "no saved tree" in result.stderr and "mounted offline" not in result.stderr, result.stderr

@@ -1,4 +1,5 @@
 import DropboxFS
+import Foundation
 import Logging
 import MetadataCache
 import Synchronization
@@ -30,6 +31,13 @@ final class DeferredStore: MetadataStore {
             }
             return opened.store
         }
+    }
+
+    /// Whether a tree is saved for this key, asked before the fork: the file is opened and
+    /// closed again here (SQLite starts no thread), and opened afresh when first used after.
+    var holdsASavedTree: Bool {
+        guard FileManager.default.fileExists(atPath: directory + "/" + SQLiteMetadataStore.fileName(key: key)) else { return false }
+        return (try? SQLiteMetadataStore(directory: directory, key: key, logger: logger))?.holdsASavedTree ?? false
     }
 
     func load() -> PersistedTree? { store?.load() }

@@ -297,7 +297,7 @@ struct MountCommand: ParsableCommand {
             key: [account.accountID, endpoints.api, source.lowercased()].joined(separator: "\n")
                 + (namespace.isEmpty ? "" : "\nroot:" + namespace), logger: logger)
         if let unreachable {
-            guard let store, FileManager.default.fileExists(atPath: store.directory + "/" + SQLiteMetadataStore.fileName(key: store.key)) else {
+            guard let store, store.holdsASavedTree else {
                 fail("\(Self.unreachableSummary(unreachable)) (\(endpoints.api)); no saved tree of \(source.isEmpty ? "the account" : source) to mount offline", code: 1)
             }
             filesystemOptions.startsOffline = true
