@@ -141,6 +141,50 @@ struct PinTests {
         #expect(throws: PinError.noBlockCache) { try plain.pin("/Pinned") }
     }
 
+    @Test func pinsThatDoNotFitAreNeitherFetchedNorProtectedAndSaySo() throws {
+        // Pinned at mount time (or by an earlier mount with a larger cache), nothing checked the
+        // room: the cache grew past its size with blocks it could never evict.
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let dropbox = tree()
+        let fs = makeFS(dropbox, directory: directory, capacity: 2 << 20)
+        try fs.keepPinned("/Other")      // 1 MiB: fits
+        try fs.keepPinned("/Pinned")     // 3 MiB: does not, beside /Other
+        try fs.keepPinned("/Nope")
+        fs.startChangeFeed()
+        defer { fs.stopChangeFeed() }
+        #expect(eventually(within: 20) { fs.pinStatus.first?.complete == true }, "\(fs.pinStatus)")
+        #expect(eventually { fs.pinStatus.count == 3 && fs.pinStatus[1].problem != nil && fs.pinStatus[2].problem != nil },
+                "\(fs.pinStatus)")
+        #expect(fs.pinStatus[1].problem?.contains("raise --block-cache-size") == true, "\(fs.pinStatus)")
+        #expect(fs.pinStatus[2].problem == "no such folder in the mount")
+        #expect(!fs.pinStatus[1].complete)
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(fs.reader.cache?.usage.bytes == UInt64(Self.MiB), "only what fits: \(Self.blocks(in: directory))")
+        #expect(dropbox.downloadedBytes == UInt64(Self.MiB), "the pin that does not fit is not downloaded")
+    }
+
+    @Test func aBlockCacheThatCannotBeWrittenStopsThePinsPassAndItsRepeats() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let dropbox = FakeDropbox()
+        dropbox.addFolder("/Many")
+        for i in 0..<12 { dropbox.addFile("/Many/f\(i).bin", Array(repeating: UInt8(i), count: Self.MiB)) }
+        let fs = makeFS(dropbox, directory: directory)
+        fs.startChangeFeed()
+        defer { fs.stopChangeFeed() }
+        #expect(eventually { fs.isFeedLive })
+        // Where blocks go is now a file: every write fails (ENOTDIR), as on a full disk.
+        try? FileManager.default.removeItem(atPath: directory)
+        #expect(FileManager.default.createFile(atPath: directory, contents: Data()))
+        _ = try fs.pin("/Many")
+        #expect(eventually(within: 10) { fs.pinStatus.first?.problem?.contains("cannot be written") == true }, "\(fs.pinStatus)")
+        let downloaded = dropbox.downloadedBytes
+        #expect(downloaded < UInt64(12 * Self.MiB), "the pass stopped: \(downloaded) bytes")
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(dropbox.downloadedBytes == downloaded, "and is not repeated at once")
+    }
+
     @Test func evictionPassesOverPinnedBlocks() throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -180,3 +180,36 @@ def test_pin_bandwidth_caps_the_rate_and_bad_values_are_refused(tree, tmp_path, 
             assert result.returncode == 64 and len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
     finally:
         emulator.stop()
+
+
+def test_pins_at_mount_time_are_held_to_the_cache_size_and_a_gone_folder_can_be_unpinned(tree, tmp_path, monkeypatch):
+    # Pins given at mount time are not checked when given: one that does not fit beside those
+    # before it is neither fetched nor kept (the cache stays within its size), and says why. A
+    # pinned folder that no longer exists is unpinned by its name.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    emulator = start_on(tree, free_port())
+    try:
+        m = Mount(emulator, tmp_path / "mnt", "--block-cache-size", "8",
+                  "-o", f"block_cache_dir={tmp_path / 'blocks'},pin=/Other,pin=/Pinned,pin=/Gone")
+        try:
+            def pins():
+                return {p["path"]: p for p in pin_status(m.mountpoint)}
+            wait_until(lambda: pins().get("/Other", {}).get("complete"), 60, "the pin that fits to complete")
+            wait_until(lambda: "problem" in pins().get("/Pinned", {}) and "problem" in pins().get("/Gone", {}), 30,
+                       "the others to say why they are not kept")
+            assert set(pins()) == {"/Other", "/Pinned", "/Gone"}, "every -o pin= is kept, not only the last"
+            assert "block-cache-size" in pins()["/Pinned"]["problem"]
+            assert "no such folder" in pins()["/Gone"]["problem"]
+            status = subprocess.run([str(DBX_MOUNT), "status", str(m.mountpoint)], capture_output=True, text=True,
+                                    timeout=30).stdout
+            assert "/Pinned: not kept:" in status, status
+            time.sleep(1)
+            report = mount_status(m.mountpoint)
+            assert report["reads"]["block_cache_bytes"] <= 8 * MiB, report["reads"]
+            assert "not kept" in m.log()
+            dbx("unpin", m.mountpoint / "Gone")
+            assert set(pins()) == {"/Other", "/Pinned"}
+        finally:
+            m.unmount()
+    finally:
+        emulator.stop()

@@ -7,6 +7,8 @@ import Foundation
 struct MountOptionList {
     /// dbx-mount's own settings, by name (`uid=1000` → `["uid": "1000"]`, `case_insensitive` → `[..: ""]`).
     var settings: [String: String] = [:]
+    /// Every `pin=` given, in order: the one setting that may be repeated (as `--pin`).
+    var pins: [String] = []
     /// Options handed to libfuse unchanged (`allow_other`, `nosuid`, ...).
     var fuseOptions: [String] = []
     /// Accepted but meaningless here (`rw`, `_netdev`, `x-systemd.automount`, ...), for one debug line.
@@ -58,6 +60,7 @@ struct MountOptionList {
                 let value = option.contains("=") ? String(option.drop { $0 != "=" }.dropFirst()) : ""
                 if Self.settingNames.contains(name) {
                     settings[name] = value
+                    if name == "pin" { pins.append(value) }
                 } else if Self.fuseOptionNames.contains(name) {
                     fuseOptions.append(option)
                 } else if Self.helperOptionNames.contains(name) || Self.impliedOptionNames.contains(name)

@@ -40,9 +40,9 @@ struct ReadOptions: ParsableArguments {
         return megabytes * 1_000_000
     }
 
-    /// Folders to pin at mount time: the flags, and `-o pin=PATH`.
+    /// Folders to pin at mount time: the flags, and every `-o pin=PATH`.
     func pins(_ list: MountOptionList) -> [String] {
-        pin + (list.settings["pin"].map { [$0] } ?? [])
+        pin + list.pins
     }
 
     @Flag(help: ArgumentHelp("Bypass the kernel's page cache: reads go straight from read-ahead to the reader, which saves a copy and about 0.25 CPU-s per GiB on long streams, but every read reaches dbx-mount (nothing re-read is cached by the kernel). mmap still works on Linux 6.6 and later; on older kernels a shared mmap fails (ENODEV)."))

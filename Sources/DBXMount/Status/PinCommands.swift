@@ -68,11 +68,7 @@ enum PinRequest {
     /// The control socket of the mount holding `path`, and the path inside that mount: the nearest
     /// ancestor of `path` (itself included) that a mount of this user answers for.
     static func locate(_ path: String, directories: [String]) throws(ControlSocket.Failure) -> (socket: String, inside: String) {
-        guard let resolved = realpath(path, nil) else {
-            throw ControlSocket.Failure(description: "\(path): \(String(cString: strerror(errno)))")
-        }
-        let absolute = String(cString: resolved)
-        free(resolved)
+        let absolute = try resolved(path)
         var candidate = absolute
         while true {
             if let socket = ControlSocket.existingPath(forMountpoint: candidate, in: directories) {
@@ -83,5 +79,27 @@ enum PinRequest {
             candidate = slash == candidate.startIndex ? "/" : String(candidate[..<slash])
         }
         throw ControlSocket.Failure(description: "\(absolute) is not under a dbx-mount mount point of this user")
+    }
+
+    /// `path` made absolute with its symlinks resolved, as far as it exists: a folder pinned and
+    /// then removed or renamed on Dropbox must still be unpinned by its name (and a pin of a
+    /// missing folder gets the mount's own "no such folder").
+    static func resolved(_ path: String) throws(ControlSocket.Failure) -> String {
+        var existing = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        var missing: [Substring] = []
+        while true {
+            if let real = realpath(existing, nil) {
+                defer { free(real) }
+                let base = String(cString: real)
+                return missing.isEmpty ? base : (base == "/" ? "" : base) + "/" + missing.reversed().joined(separator: "/")
+            }
+            let failure = errno
+            guard failure == ENOENT, let slash = existing.lastIndex(of: "/"), existing != "/" else {
+                throw ControlSocket.Failure(description: "\(path): \(String(cString: strerror(failure)))")
+            }
+            let leaf = existing[existing.index(after: slash)...]
+            if !leaf.isEmpty && leaf != "." { missing.append(leaf) }
+            existing = slash == existing.startIndex ? "/" : String(existing[..<slash])
+        }
     }
 }

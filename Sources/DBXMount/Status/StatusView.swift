@@ -45,7 +45,8 @@ struct StatusView {
         }
         for pin in s.pins ?? [] {
             let fraction = pin.bytesTotal == 0 ? (pin.listed ? 1 : 0) : Double(pin.bytesDone) / Double(pin.bytesTotal)
-            let state = pin.complete ? "complete" : pin.listed ? "\(Self.bar(fraction)) \(Int(fraction * 100))%" : "waiting for its listing"
+            let state = pin.complete ? "complete" : pin.problem.map { "not kept: \($0)" }
+                ?? (pin.listed ? "\(Self.bar(fraction)) \(Int(fraction * 100))%" : "waiting for its listing")
             row("pinned", "\(pin.path): \(state), \(Self.bytes(pin.bytesDone)) of \(Self.bytes(pin.bytesTotal)) in \(Self.count(pin.files)) files")
         }
         if let d = s.dropbox {

@@ -271,18 +271,34 @@ final class BlockCache: Sendable {
     private func writeBlock(_ bytes: UnsafeRawBufferPointer, key: String) -> Bool {
         let temporary = path(".tmp-" + UUID().uuidString)
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            logger.debug("cannot write a cache block", metadata: ["path": "\(temporary)", "errno": "\(errno)"])
-            return false
-        }
-        let written = Self.writeFully(descriptor, bytes)
-        let closed = close(descriptor) == 0
-        guard written, closed, rename(temporary, path(key)) == 0 else {
-            logger.debug("cannot write a cache block", metadata: ["path": "\(temporary)", "errno": "\(errno)"])
+        guard descriptor >= 0 else { return writeFailed(errno, temporary) }
+        var written = Self.writeFully(descriptor, bytes)
+        var failure = written ? 0 : errno
+        if close(descriptor) != 0 && failure == 0 { failure = errno; written = false }
+        guard written, rename(temporary, path(key)) == 0 else {
+            if failure == 0 { failure = errno }
             unlink(temporary)
-            return false
+            return writeFailed(failure, temporary)
         }
         return true
+    }
+
+    /// The last write that failed since `takeWriteFailure` was asked: a reader's blocks are only
+    /// not kept, but a pin fetches to keep, and stops on this rather than download for nothing.
+    private let writeFailure = Mutex<Int32?>(nil)
+
+    private func writeFailed(_ code: Int32, _ temporary: String) -> Bool {
+        logger.debug("cannot write a cache block", metadata: ["path": "\(temporary)", "errno": "\(code)"])
+        writeFailure.withLock { $0 = code }
+        return false
+    }
+
+    /// Why a block could not be written since the last call ("No space left on device"), or nil.
+    func takeWriteFailure() -> String? {
+        writeFailure.withLock { code in
+            defer { code = nil }
+            return code.map { String(cString: strerror($0)) }
+        }
     }
 
     /// Fills `buffer` from `descriptor` at `offset`; false on an error or an early end of file.

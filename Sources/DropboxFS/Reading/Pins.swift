@@ -13,6 +13,7 @@
 
 import DropboxClient
 import Foundation
+import Logging
 import Synchronization
 
 /// One pinned folder and how much of it is in the block cache.
@@ -24,7 +25,11 @@ public struct PinStatus: Sendable, Equatable {
     public var files: Int
     public var bytesTotal: UInt64
     public var bytesDone: UInt64
-    public var complete: Bool { listed && bytesDone >= bytesTotal }
+    /// Why the pin is not being kept, when it is not: no such folder (any more), a file, more
+    /// than the block cache holds beside the pins before it, or a block cache that cannot be
+    /// written. nil while it is kept.
+    public var problem: String? = nil
+    public var complete: Bool { listed && problem == nil && bytesDone >= bytesTotal }
 }
 
 public enum PinError: Error, Equatable, CustomStringConvertible {
@@ -140,6 +145,19 @@ final class Pins: @unchecked Sendable {
         condition.withLock {
             if paths.contains(where: { $0.lowercased() == status.path.lowercased() }) { progress[status.path.lowercased()] = status }
         }
+    }
+
+    /// The problem each pin was last logged with: a warning when one appears or changes, not
+    /// at every pass.
+    private var warned: [String: String] = [:]
+
+    func warnOnce(path: String, problem: String?, logger: Logger) {
+        let changed = condition.withLock { () -> Bool in
+            let key = path.lowercased()
+            defer { warned[key] = problem }
+            return problem != nil && warned[key] != problem
+        }
+        if changed, let problem { logger.warning("a pinned folder is not kept", metadata: ["path": "\(path)", "why": "\(problem)"]) }
     }
 
     /// There may be something to fetch (a pin added, the tree changed).
@@ -284,39 +302,83 @@ extension DropboxFilesystem {
         }
     }
 
-    /// The thread that keeps pinned files in the block cache, until the mount stops.
+    /// The thread that keeps pinned files in the block cache, until the mount stops. A pass that
+    /// could not keep what it fetched (a full disk, an unwritable cache) is not followed by the
+    /// same downloads ten seconds later: the wait doubles, up to `mostPinBackoff`, until a pass
+    /// stores again.
     func startPinning() {
         guard let pins, reader.cache != nil else { return }
         let thread = Thread { [self] in
+            var wait: TimeInterval = Self.pinPassInterval
             while !stopped.load(ordering: .relaxed) {
-                keepPinnedFiles(pins)
-                pins.waitForWork(timeout: 10)
+                let stored = keepPinnedFiles(pins)
+                guard !stored else {
+                    wait = Self.pinPassInterval
+                    pins.waitForWork(timeout: wait)
+                    continue
+                }
+                // Changes in the tree wake the pins often; only a pin added or removed, or the
+                // time, ends this wait.
+                wait = min(wait * 2, Self.mostPinBackoff)
+                let retry = Date().addingTimeInterval(wait), list = pins.list
+                while !stopped.load(ordering: .relaxed), Date() < retry, pins.list == list {
+                    pins.waitForWork(timeout: retry.timeIntervalSinceNow)
+                }
             }
         }
         thread.name = "dbx-pins"
         thread.start()
     }
 
+    /// Seconds between passes over the pins; and the longest wait after passes that failed.
+    static let pinPassInterval: TimeInterval = 10
+    static let mostPinBackoff: TimeInterval = 600
+
     /// One pass: marks every pinned file's current rev as kept, then fetches what is missing.
-    private func keepPinnedFiles(_ pins: Pins) {
-        guard let cache = reader.cache else { return }
+    /// Pins are kept in the order they were made, as far as the block cache holds them: one that
+    /// no longer fits (pinned at mount time, by an earlier mount with a larger cache, or grown on
+    /// Dropbox since) is neither fetched nor protected, and says why in `status` and once in the
+    /// log, so the cache never grows past its size. False when fetched bytes could not be kept.
+    private func keepPinnedFiles(_ pins: Pins) -> Bool {
+        guard let cache = reader.cache else { return true }
         if !options.followsChanges { for path in pins.list { listBelow(path) } }
-        let scans = pins.list.map { ($0, scanPinned($0)) }
+        var scans: [(path: String, scan: PinScan, problem: String?)] = []
+        var held: UInt64 = 0
+        for path in pins.list {
+            let scan = scanPinned(path)
+            var problem: String?
+            switch scan {
+            case .missing: problem = "no such folder in the mount"
+            case .file: problem = "a file, not a folder"
+            case .folder(let files, _):
+                let needs = files.reduce(UInt64(0)) { $0 + $1.size }
+                if held + needs > cache.capacity {
+                    problem = PinError.tooLarge(path: path, needs: needs, room: cache.capacity - min(held, cache.capacity)).description
+                } else {
+                    held += needs
+                }
+            }
+            scans.append((path, scan, problem))
+        }
         var kept: [ReadFile] = []
-        for case (_, .folder(let files, _)) in scans { kept += files.map(\.file) }
+        for case (_, .folder(let files, _), nil) in scans { kept += files.map(\.file) }
         cache.setPinned(kept)
-        for (path, scan) in scans {
-            guard case .folder(let files, let listed) = scan else {
-                pins.update(PinStatus(path: path, listed: false, files: 0, bytesTotal: 0, bytesDone: 0))
+        var stored = true
+        for (path, scan, problem) in scans {
+            pins.warnOnce(path: path, problem: problem, logger: logger)
+            guard case .folder(let files, let listed) = scan, problem == nil else {
+                pins.update(PinStatus(path: path, listed: false, files: 0, bytesTotal: 0, bytesDone: 0, problem: problem))
                 continue
             }
             let total = files.reduce(UInt64(0)) { $0 + $1.size }
             let done = Mutex(files.reduce(UInt64(0)) { $0 + cache.cachedBytes(of: $1.file) })
             pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: done.withLock { $0 }))
             let missing = files.filter { cache.cachedBytes(of: $0.file) < $0.size }
+            guard stored else { continue }   // the cache could not keep another pin's bytes either
             // `pinConcurrency` files at a time, each one request of at most 8 MiB at a time: a
             // round trip per file no longer adds up file after file, and the memory stays bounded.
             let next = Mutex(0)
+            let writeFailure = Mutex<String?>(nil)
             let finished = DispatchGroup()
             for _ in 0..<min(Self.pinConcurrency, missing.count) {
                 finished.enter()
@@ -331,6 +393,11 @@ extension DropboxFilesystem {
                         fetchWhole(pinned, pins: pins)
                         let after = cache.cachedBytes(of: pinned.file)
                         let now = done.withLock { $0 += after - min(before, after); return $0 }
+                        if let failure = cache.takeWriteFailure() {
+                            // Every file after this one would be downloaded only to be dropped.
+                            next.withLock { $0 = missing.count }
+                            writeFailure.withLock { $0 = failure }
+                        }
                         pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total, bytesDone: now))
                     }
                 }
@@ -338,8 +405,16 @@ extension DropboxFilesystem {
                 worker.start()
             }
             finished.wait()
+            if let failure = writeFailure.withLock({ $0 }) {
+                stored = false
+                let problem = "the block cache cannot be written (\(failure)); trying again later"
+                pins.warnOnce(path: path, problem: problem, logger: logger)
+                pins.update(PinStatus(path: path, listed: listed, files: files.count, bytesTotal: total,
+                                      bytesDone: done.withLock { $0 }, problem: problem))
+            }
         }
         pins.freeBuffers()
+        return stored
     }
 
     /// Pinned files fetched at once.

@@ -68,10 +68,14 @@ public struct MountStatus: Codable, Sendable, Equatable {
         public var bytesTotal: UInt64
         public var bytesDone: UInt64
         public var complete: Bool
+        /// Why the pin is not kept (no such folder, more than the block cache holds, a cache that
+        /// cannot be written); absent while it is.
+        public var problem: String?
 
         init(_ status: PinStatus) {
             path = status.path; listed = status.listed; files = status.files
             bytesTotal = status.bytesTotal; bytesDone = status.bytesDone; complete = status.complete
+            problem = status.problem
         }
 
         func jsonObject() -> Any? {
