@@ -52,9 +52,12 @@ extension DropboxHTTPClient {
                 requestID = nil
                 error = transportError
             }
-            if case .auth(tag: "expired_access_token", _) = error, let token, !refreshed {
+            if case .auth(let tag, _) = error, tag == "expired_access_token" || tag == "invalid_access_token",
+               let token, !refreshed {
                 // One refresh per call (py does the same); a provider that cannot refresh hands
-                // back the same token and the 401 stands.
+                // back the same token and the 401 stands. `invalid_access_token` too: a token
+                // revoked with its refresh token (`logout`, the app unlinked) gets it, and only a
+                // refresh finds that out, refused with `invalid_grant`, the signal to sign in again.
                 refreshed = true
                 try tokens.tokenExpired(token)
                 if try tokens.accessToken() != token {

@@ -290,6 +290,44 @@ struct RefreshingAccessTokenFakeTests {
         #expect(transport.requests.count <= 2)
     }
 
+    @Test func waitersShareAFailedRefreshAlsoWhenTheOldTokenIsStillHeldPastItsExpiry() throws {
+        // The token ran out on its own (no 401 dropped it) and the token endpoint is down: the
+        // waiters fail with the one flight's error, and callers right after fail at once.
+        let transport = FakeTransport { _, _ throws(HTTPTransportError) in
+            Thread.sleep(forTimeInterval: 0.3)
+            return response(503, "down")
+        }
+        let provider = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), initial: ("sl.old", 0),
+                                             retryPolicy: .never)
+        let errors = Mutex<[DropboxError?]>([])
+        concurrently(8) { _ in
+            let error = thrown { () throws(DropboxError) -> String in try provider.accessToken() }
+            errors.withLock { $0.append(error) }
+        }
+        #expect(errors.withLock { $0 }.allSatisfy { $0 == .server(status: 503, body: "down") })
+        #expect(transport.requests.count <= 2, "one flight, not one per waiter")
+        let asked = transport.requests.count
+        #expect(thrown { () throws(DropboxError) -> String in try provider.accessToken() } == .server(status: 503, body: "down"))
+        #expect(transport.requests.count == asked, "within the cool-down, no new attempt")
+    }
+
+    @Test func aRevokedTokensInvalidAccessTokenLeadsToTheRefreshThatSaysSignInAgain() throws {
+        // `dbx-mount logout` (or unlinking the app) revokes the access token with the refresh
+        // token: Dropbox answers 401 invalid_access_token, and only a refresh learns it is final.
+        let f = try RefreshFixture(lifetime: .seconds(14_400))
+        let access = try f.provider.accessToken()
+        Thread.sleep(forTimeInterval: 1.05)   // past `youngestRefreshed`
+        try OAuthTokenEndpoint.revoke(accessToken: access, endpoints: DropboxEndpoints(baseURL: f.emulator.server.baseURL),
+                                      transport: f.emulator.transport)
+        let error = thrown { () throws(DropboxError) -> Account in try f.client.currentAccount() }
+        guard case .auth(let tag, _)? = error else {
+            Issue.record("expected an auth error, got \(String(describing: error))")
+            return
+        }
+        #expect(tag == "invalid_grant", "the refresh's refusal, not the access token's 401, hours before it expires")
+        #expect(f.log.at(.error).count == 1, "one line: sign in again")
+    }
+
     @Test func refusedGrantIsAnAuthErrorWithTheTokenCutOut() throws {
         let transport = FakeTransport { _, _ throws(HTTPTransportError) in
             response(400, #"{"error":"invalid_grant","error_description":"token r-SECRET is revoked"}"#)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBX_MOUNT, Emulator, is_mounted, stop_mount, write_numbered_blocks
+from conftest import DBX_MOUNT, TOKEN, Emulator, Mount, is_mounted, stop_mount, write_numbered_blocks
 
 APP_KEY = "test-app-key"
 SEED_REFRESH = "seed-refresh-token-unused-by-dbx-mount"
@@ -353,6 +353,47 @@ def test_revoked_refresh_token_fails_with_eacces_and_one_clear_line(session, sma
     assert "refused the refresh token (invalid_grant" in again.stderr and "dbx-mount auth" in again.stderr
     who = s.run("whoami")
     assert who.returncode == 1 and "refused the refresh token" in who.stderr
+
+
+def test_a_revoked_account_says_sign_in_again_at_once_not_when_its_token_expires(session, small_tree):
+    # Revoking (logout, the app unlinked) kills the access token too: Dropbox answers 401
+    # invalid_access_token hours before it would expire, and only a refresh learns it is final.
+    s = session(small_tree)
+    assert s.sign_in().returncode == 0
+    mnt, process, log = s.mount("mnt")
+    assert (mnt / "docs" / "a.txt").read_bytes() == b"alpha\n"
+    s.revoke(s.config()["accounts"]["default"]["refresh_token"])
+    time.sleep(1.1)   # a token younger than a second is not refreshed on a 401
+    for _ in range(3):
+        with pytest.raises(PermissionError):
+            (mnt / "docs" / "unread.txt").read_bytes()
+    assert process.poll() is None, "the mount crashed"
+    refused = [line for line in log.read_text().splitlines() if "refused the refresh token" in line]
+    assert len(refused) == 1, log.read_text()
+
+
+def test_a_fixed_token_refused_under_a_running_mount_says_why_once(tmp_path):
+    served = tmp_path / "served"
+    (served / "docs").mkdir(parents=True)
+    (served / "docs" / "a.txt").write_bytes(b"alpha\n")
+    (served / "docs" / "b.txt").write_bytes(b"beta\n")
+    emulator = Emulator(served)
+    mount = Mount(emulator, tmp_path / "mnt")
+    try:
+        mnt = mount.mountpoint
+        assert (mnt / "docs" / "a.txt").read_bytes() == b"alpha\n"
+        request = urllib.request.Request(emulator.url + "/2/auth/token/revoke", data=b"null", method="POST",
+                                         headers={"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=10).read()
+        for _ in range(3):
+            with pytest.raises(PermissionError):
+                (mnt / "docs" / "b.txt").read_bytes()
+        told = [line for line in mount.log().splitlines() if "refused the access token from DBX_ACCESS_TOKEN" in line]
+        assert len(told) == 1, mount.log()
+        assert "dbx-mount auth" in told[0] and TOKEN not in told[0]
+    finally:
+        mount.unmount()
+        emulator.stop()
 
 
 def test_loose_config_is_refused_with_the_fix(session, small_tree):

@@ -65,7 +65,7 @@ struct AuthCommand: ParsableCommand {
         commandName: "auth",
         abstract: "Sign in to Dropbox and save the account's refresh token in the config.",
         discussion: """
-            Uses OAuth 2 with PKCE and your own Dropbox app's key (no secret): create an app at https://www.dropbox.com/developers/apps with the scopes files.metadata.read, files.content.read and account_info.read. dbx-mount prints the authorize URL; open it, allow access, and paste the code Dropbox shows (--redirect none, the default), or let the browser come back to 127.0.0.1 (--redirect loopback; register http://127.0.0.1:PORT/ as a redirect URI of the app). The first account saved becomes the default.
+            Uses OAuth 2 with PKCE and your own Dropbox app's key (no secret): create an app at https://www.dropbox.com/developers/apps with the scopes files.metadata.read, files.content.read, account_info.read and sharing.read (all four: dbx-mount asks for them, and Dropbox refuses to sign in an app that lacks one it asks for). dbx-mount prints the authorize URL; open it, allow access, and paste the code Dropbox shows (--redirect none, the default), or let the browser come back to 127.0.0.1 (--redirect loopback; register http://127.0.0.1:PORT/ as a redirect URI of the app). The first account saved becomes the default.
             """
     )
 

@@ -7,6 +7,7 @@ import CurlTransport
 import DropboxClient
 import Foundation
 import Logging
+import Synchronization
 
 struct Credentials {
     let tokens: any AccessTokenProvider
@@ -32,7 +33,8 @@ struct Credentials {
             guard StaticAccessToken.isWellFormed(token) else {
                 throw .usage(UsageError("token file \(path) does not hold an access token alone (it has spaces, quotes or other characters no token has)"))
             }
-            return Credentials(tokens: StaticAccessToken(token), remedy: "check the token in \(path)", accountName: nil,
+            return Credentials(tokens: FixedToken(token, from: "the token file \(path)", logger: logger),
+                               remedy: "check the token in \(path)", accountName: nil,
                                identity: "token:" + Self.digest(token))
         }
         let environmentToken = environment["DBX_ACCESS_TOKEN"]?.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -40,7 +42,8 @@ struct Credentials {
             guard StaticAccessToken.isWellFormed(token) else {
                 throw .usage(UsageError("DBX_ACCESS_TOKEN does not hold an access token alone (it has spaces, quotes or other characters no token has)"))
             }
-            return Credentials(tokens: StaticAccessToken(token), remedy: "check DBX_ACCESS_TOKEN", accountName: nil,
+            return Credentials(tokens: FixedToken(token, from: "DBX_ACCESS_TOKEN", logger: logger),
+                               remedy: "check DBX_ACCESS_TOKEN", accountName: nil,
                                identity: "token:" + Self.digest(token))
         }
         let path = configPath ?? ConfigFile.defaultPath(environment: environment)
@@ -88,4 +91,38 @@ enum CredentialsError: Error, CustomStringConvertible {
 func exitWithMessage(_ message: String, code: Int32) -> Never {
     FileHandle.standardError.write(Data("dbx-mount: \(message)\n".utf8))
     Foundation.exit(code)
+}
+
+/// A token given as it is (a file, `DBX_ACCESS_TOKEN`): never refreshed. When Dropbox refuses it
+/// under a running mount (the App Console's tokens last four hours), one line says why every
+/// operation now fails, and what lasts, instead of a warning per failed call saying only that.
+final class FixedToken: AccessTokenProvider, CustomStringConvertible {
+    private let token: StaticAccessToken
+    private let source: String
+    private let logger: Logger
+    /// (accepted once, refusal told): a token refused before it ever worked is the mount's own
+    /// one line of error (`remedy`), not this log line as well.
+    private let seen = Mutex((accepted: false, told: false))
+
+    init(_ token: String, from source: String, logger: Logger) {
+        self.token = StaticAccessToken(token)
+        self.source = source
+        self.logger = logger
+    }
+
+    func accessToken() throws(DropboxError) -> String { try token.accessToken() }
+
+    /// Dropbox answered a call made with this token.
+    func markAccepted() { seen.withLock { $0.accepted = true } }
+
+    func tokenExpired(_ refused: String) throws(DropboxError) {
+        let tell = seen.withLock { seen in
+            defer { if seen.accepted { seen.told = true } }
+            return seen.accepted && !seen.told
+        }
+        guard tell else { return }
+        logger.error("Dropbox refused the access token from \(source); every operation now fails with EACCES. Access tokens from the App Console expire after 4 hours: for a mount that lasts, sign in with 'dbx-mount auth', then remount")
+    }
+
+    var description: String { "FixedToken(<redacted>)" }
 }

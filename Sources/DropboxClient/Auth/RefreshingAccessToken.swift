@@ -5,15 +5,19 @@
 //
 // - before it expires: the first caller after `expiry - lead` refreshes, while every other caller
 //   keeps using the old token, which is still good, so a proactive refresh never blocks a read;
-// - when the server says it expired (401 `expired_access_token`, reported via `tokenExpired`): the
-//   old token is dropped, and callers wait for the one refresh under way;
+// - when the server refuses it (401 `expired_access_token`, or `invalid_access_token`, which is what
+//   a token revoked with its refresh token gets; reported via `tokenExpired`): the old token is
+//   dropped, and callers wait for the one refresh under way, whose `invalid_grant` then says to
+//   sign in again;
 // - never twice at once: one caller leads a refresh, the rest wait for its answer (single-flight),
 //   so a thousand FUSE threads hitting an expired token make one `/oauth2/token` call.
 //
 // A refresh token the server refuses (400 `invalid_grant`: revoked, or the app was unlinked) is
 // final: it is logged once (if it had worked before), and from then on every call fails at once with `.auth(invalid_grant)`,
 // which the filesystem answers with EACCES, without asking the server again. Transient failures
-// (network, 5xx, 429) are retried briefly; if they persist the old token is used while it lasts.
+// (network, 5xx, 429) are retried briefly; if they persist the old token is used while it lasts,
+// and past it every caller fails at once with the failure for a few seconds (`failureCooldown`)
+// before one tries again.
 //
 // The state lives under a pthread mutex because waiting for the leader needs a condition variable
 // (`Synchronization.Mutex` has none, and this module does not import Foundation, whose
@@ -44,9 +48,22 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
         var refreshes = 0
         /// Refreshes finished, successful or not: a waiter knows its flight landed when this moves.
         var landed = 0
-        /// Why the last refresh failed, if it failed transiently; shared with everyone who waited for it.
+        /// Why the last refresh failed, if it failed transiently, and when; shared with everyone
+        /// who waited for it, and with every caller for `failureCooldown` after.
         var lastFailure: DropboxError?
+        var lastFailureAt: ContinuousClock.Instant?
+        /// When the current token was granted.
+        var grantedAt: ContinuousClock.Instant?
     }
+
+    /// How long after a refresh failed (transiently) a caller with no usable token fails at once
+    /// with that failure instead of trying again: while the token endpoint is down, each FUSE
+    /// request would otherwise pay a whole refresh with its retries, one after another.
+    static let failureCooldown: Duration = .seconds(5)
+
+    /// A token granted less than this long ago is not refreshed on a 401: the refusal is not
+    /// about its age, and refreshing again would only ask the token endpoint at every call.
+    static let youngestRefreshed: Duration = .seconds(1)
 
     private let endpoint: OAuthTokenEndpoint
     private let refreshToken: String
@@ -100,16 +117,23 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
                     if let failure = state.failure { return .fail(failure) }
                     let now = clock.now
                     if let token = state.token, now < state.refreshAt { return .use(token) }
+                    let usable = state.token != nil && now < state.expiresAt
                     if state.refreshing {
                         // Someone is refreshing: use the old token while it is still good rather
                         // than wait; wait only when there is no usable token.
-                        if let token = state.token, now < state.expiresAt { return .use(token) }
+                        if usable, let token = state.token { return .use(token) }
                         let flight = state.landed
                         while state.refreshing && state.landed == flight { lock.wait() }
                         // The flight failed: its waiters share the failure rather than each
-                        // leading another attempt in turn while Dropbox is unreachable.
-                        if state.token == nil, let failure = state.lastFailure { return .fail(failure) }
+                        // leading another attempt in turn while Dropbox is unreachable (a token
+                        // held past its expiry is no token).
+                        let usableNow = state.token != nil && clock.now < state.expiresAt
+                        if !usableNow, let failure = state.lastFailure { return .fail(failure) }
                         continue
+                    }
+                    if !usable, let failure = state.lastFailure, let at = state.lastFailureAt,
+                       now - at < Self.failureCooldown {
+                        return .fail(failure)
                     }
                     state.refreshing = true
                     return .lead
@@ -129,6 +153,7 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
         lock.withLock {
             // Only the current token: a stale report (the token was already replaced) changes nothing.
             guard state.token == token else { return }
+            if let granted = state.grantedAt, clock.now - granted < Self.youngestRefreshed { return }
             state.token = nil
             state.refreshAt = clock.now
             state.expiresAt = clock.now
@@ -154,9 +179,12 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
                 state.expiresAt = now + .seconds(lifetime)
                 state.refreshes += 1
                 state.lastFailure = nil
+                state.lastFailureAt = nil
+                state.grantedAt = now
                 return grant.accessToken
             case .failure(let error):
                 state.lastFailure = error
+                state.lastFailureAt = now
                 if case .auth = error {
                     state.failure = error
                     state.token = nil
