@@ -186,3 +186,37 @@ def test_a_cache_file_without_a_saved_tree_is_no_tree_to_mount_offline(tree, tmp
             subprocess.run(["fusermount3", "-u", "-z", str(tmp_path / "mnt")])
     assert result.returncode == 1, result.stderr
     assert "no saved tree" in result.stderr and "mounted offline" not in result.stderr, result.stderr
+
+
+def test_the_first_listing_is_saved_within_seconds_so_a_killed_mount_can_start_offline(tree, tmp_path, monkeypatch):
+    # Saved 5 s after the first listing, not at the feed's next turn after a 30 s longpoll: a
+    # mount killed (or a machine that lost power) in between would lose the listing.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    port = free_port()
+    emulator = start_on(tree, port)
+    first = Mount(emulator, tmp_path / "mnt")
+    try:
+        wait_until_listed(first.mountpoint)
+        saved = tmp_path / "cache" / "dbx-mount"
+
+        def has_cursor():
+            for path in saved.glob("*.sqlite"):
+                with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as database:
+                    if database.execute("SELECT cursor IS NOT NULL FROM meta").fetchone()[0]:
+                        return True
+            return False
+        deadline = time.monotonic() + 15
+        while not has_cursor():
+            assert time.monotonic() < deadline, "no save 15 s after the first listing"
+            time.sleep(0.5)
+        first.process.kill()
+        first.process.wait()
+    finally:
+        if is_mounted(first.mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(first.mountpoint)])
+        emulator.stop()
+    offline = Mount(emulator, tmp_path / "mnt")
+    try:
+        assert listing(offline.mountpoint) == listing(tree)
+    finally:
+        offline.unmount()

@@ -283,7 +283,11 @@ extension DropboxFilesystem {
         state.withLock { state in
             let tree = state.tree
             let full = options.rootPath + (path == "/" ? "" : path)
-            guard let folder = tree.slot(atPath: full, below: options.rootPath), tree.isAlive(folder) else { return .missing }
+            guard let folder = tree.slot(atPath: full, below: options.rootPath), tree.isAlive(folder) else {
+                // Missing only once the folder that would hold it is listed: right after mounting
+                // with no saved tree, the pin waits for the first listing like any other.
+                return Self.deepestListed(path, in: tree) ? .missing : .folder(files: [], listed: false)
+            }
             guard tree.isDirectory(folder) else { return .file }
             var files: [PinnedFile] = []
             var listed = true
@@ -300,6 +304,17 @@ extension DropboxFilesystem {
             }
             return .folder(files: files, listed: listed)
         }
+    }
+
+    /// Whether the deepest folder of `path` (inside the mount) the tree holds is listed (so what
+    /// is below it and not in the tree does not exist).
+    private static func deepestListed(_ path: String, in tree: Tree) -> Bool {
+        var slot = Slot.root
+        for component in path.split(separator: "/") {
+            guard let next = tree.child(of: slot, folded: FoldedName(String(component))), tree.isAlive(next) else { break }
+            slot = next
+        }
+        return tree.isComplete(slot)
     }
 
     /// The thread that keeps pinned files in the block cache, until the mount stops. A pass that

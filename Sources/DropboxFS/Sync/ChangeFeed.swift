@@ -19,9 +19,11 @@ extension DropboxFilesystem {
     /// Loads the saved tree, if any, and starts the sync thread and the pins' thread; a mount that
     /// follows no changes (`FilesystemOptions.followsChanges`, a shared link) starts only the pins'.
     public func startChangeFeed(longpollTimeout: Int = 30) {
+        // The saved tree first: pins protect the files it names from the first pass on, where a
+        // pass over an empty tree would leave pinned blocks to be evicted by the first reads.
+        if options.followsChanges { loadPersistedTree() }
         startPinning()
         guard options.followsChanges else { return }
-        loadPersistedTree()
         let thread = Thread { [self] in syncLoop(longpollTimeout: longpollTimeout) }
         thread.name = "dbx-sync"
         thread.start()
@@ -60,10 +62,13 @@ extension DropboxFilesystem {
                     resetting = false
                     // The listing's decoded pages are garbage now: the mount may trim the heap.
                     bulkWorkDone()
-                    // Saved on the feed's first turn at least 5 s later (or at unmount), not at
-                    // once: writing the whole tree competes for the CPU with whatever the user
-                    // started on the fresh mount, and `find` right after mounting paid for it.
-                    lastSaved = now() - 25
+                    // Saved 5 s later (or at unmount), not at once: writing the whole tree competes
+                    // for the CPU with whatever the user started on the fresh mount, and `find`
+                    // right after mounting paid for it. Not at the feed's next turn either, which
+                    // waits out a longpoll (30 s, and up to 90 s more on Dropbox): a mount killed
+                    // meanwhile would lose a listing that may have taken minutes.
+                    saveSoon(after: Self.firstSaveDelay)
+                    lastSaved = now()
                 }
                 failures = 0
                 reachability.update(after: nil)
@@ -431,6 +436,23 @@ extension DropboxFilesystem {
             }
         }
         signalFeedChanged()
+    }
+
+    /// Seconds after the first listing ends that its tree is saved.
+    static let firstSaveDelay: Double = 5
+
+    /// Saves the tree `seconds` from now, at low priority, on a thread of its own (the feed's is
+    /// in a longpoll by then). A save already under way or at unmount takes its turn (the store
+    /// serializes them); nothing unsaved, nothing written.
+    private func saveSoon(after seconds: Double) {
+        Thread.detachNewThread { [self] in
+            let due = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+            while ContinuousClock.now < due {
+                if stopped.load(ordering: .relaxed) { return }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            if BackgroundPriority.lowered({ persist() }) { bulkWorkDone() }
+        }
     }
 
     func signalFeedChanged() {
