@@ -619,6 +619,29 @@ struct ReadEngineTests {
         #expect(try fs.read(handle, offset: 0, size: 4096) == Array(Self.content(Self.MiB)[0..<4096]))
     }
 
+    @Test func anOpenFileMovedOnDropboxReadsOnAndOneDeletedFailsOnlyOnceItsRevIsGone() throws {
+        // As on a local disk after `mv`: the handle's inode can no longer be reached by a new
+        // open, and its rev still names the same bytes. `tail -F` and mmap readers live on.
+        let content = Self.content(40 * Self.MiB)   // far reads start streams of their own
+        dropbox.addFile("/f.bin", content)
+        dropbox.addFile("/g.bin", content)
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        fs.startChangeFeed()
+        #expect(eventually { fs.isFeedLive })
+        let moved = try open(fs, "f.bin")
+        let deleted = try open(fs, "g.bin")
+        #expect(try fs.read(moved, offset: 0, size: 4096) == Array(content[0..<4096]))
+        #expect(try fs.read(deleted, offset: 0, size: 4096) == Array(content[0..<4096]))
+        dropbox.move("/f.bin", to: "/elsewhere.bin")
+        dropbox.remove("/g.bin")
+        #expect(eventually { (try? fs.lookup(parent: .root, name: "f.bin")) == nil && (try? fs.lookup(parent: .root, name: "g.bin")) == nil })
+        let far = 36 * Self.MiB + 5
+        #expect(try fs.read(moved, offset: UInt64(far), size: 4096) == Array(content[far..<(far + 4096)]))
+        // The fake keeps no rev of a deleted file (Dropbox keeps them for a while): stale then.
+        #expect(throws: FSError.changedSinceOpen) { try fs.read(deleted, offset: UInt64(far), size: 4096) }
+    }
+
     @Test func theBlockCacheServesASecondReadWithoutDownloading() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dbx-blocks-\(UUID())").path
         defer { try? FileManager.default.removeItem(atPath: directory) }

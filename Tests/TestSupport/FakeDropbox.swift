@@ -173,6 +173,19 @@ public final class FakeDropbox: DropboxAPI {
         }
     }
 
+    /// Moves a file, keeping its rev (and so its bytes, by `rev:`), as a deleted entry at the old
+    /// path and a file entry at the new one in the journal.
+    public func move(_ path: String, to destination: String) {
+        contents.withLock { c in
+            guard var item = c.items.removeValue(forKey: path.lowercased()) else { return }
+            let name = String(path.split(separator: "/").last ?? "")
+            c.journal.append(.deleted(DeletedMetadata(name: name, pathLower: path.lowercased(), pathDisplay: path)))
+            item.displayPath = destination
+            c.items[destination.lowercased()] = item
+            c.journal.append(metadata(item))
+        }
+    }
+
     public func remove(_ path: String) {
         contents.withLock { c in
             let key = path.lowercased()

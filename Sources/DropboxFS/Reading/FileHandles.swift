@@ -82,8 +82,14 @@ extension DropboxFilesystem {
         invalidate([.pages(file.slot.inode, range)])
     }
 
+    /// Whether a handle opened at `rev` may go on reading. A new rev of its file ends it (ESTALE:
+    /// the page cache is per inode, and new opens see the new bytes). A file moved, renamed or
+    /// deleted on Dropbox does not: its slot is gone, so no open can reach its inode again and
+    /// nothing can mix, and its rev still names the same bytes (`rev:` downloads of a deleted
+    /// file's last rev work too), so an open file reads on as on a local disk after `mv` or
+    /// `rm`. Only if Dropbox no longer has the rev does the read fail with ESTALE.
     private func isCurrent(slot: Slot, rev: String) -> Bool {
-        state.withLock { $0.tree.isAlive(slot) && $0.tree.details(slot)?.rev == rev }
+        state.withLock { !$0.tree.isAlive(slot) || $0.tree.details(slot)?.rev == rev }
     }
 
     private func ensureCurrent(_ file: OpenFile) throws(FSError) {

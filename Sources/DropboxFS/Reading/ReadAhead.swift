@@ -572,7 +572,9 @@ final class ReadEngine: Sendable {
                 // A call that made no progress is made once more (its own retries may all have
                 // met a flaky moment), but not after a timeout: that call waited its whole deadline.
                 guard error.isTransient, stalls < 2, !error.isTimeout || part.filledCount > done else {
-                    // The rev is gone only if the file changed after open; that is a failed read, not ENOENT.
+                    // The rev is gone only if the file changed after open (a handle of a file
+                    // deleted on Dropbox reads on by rev while Dropbox keeps it): ESTALE, not ENOENT.
+                    if error.isRoute("path", "not_found") { return part.fail(.changedSinceOpen) }
                     return part.fail(error.isRoute("path") ? .upstream(error) : FSError(error))
                 }
                 logger.debug("resuming a part", metadata: ["rev": "\(file.rev)", "at": "\(part.range.lowerBound + UInt64(part.filledCount))"])
