@@ -396,6 +396,20 @@ def test_a_fixed_token_refused_under_a_running_mount_says_why_once(tmp_path):
         emulator.stop()
 
 
+def test_an_auth_waiting_for_its_code_does_not_undo_another_finished_meanwhile(session, small_tree):
+    s = session(small_tree)
+    waiting = subprocess.Popen([str(DBX_MOUNT), "auth", "--app-key", APP_KEY, "--account", "alice"], env=s.env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = waiting.stdout.readline().strip()
+    assert s.sign_in("--account", "bob").returncode == 0      # finished while alice's waits
+    code = urllib.request.urlopen(url, timeout=10).read().decode().strip()
+    out, err = waiting.communicate(code + "\n", timeout=60)
+    s.outputs += [out, err]
+    s.remember_tokens()
+    assert waiting.returncode == 0, err
+    assert sorted(s.config()["accounts"]) == ["alice", "bob"], "bob's sign-in was kept"
+
+
 def test_loose_config_is_refused_with_the_fix(session, small_tree):
     s = session(small_tree)
     assert s.sign_in().returncode == 0

@@ -164,12 +164,18 @@ struct AuthCommand: ParsableCommand {
         do { account = try client.currentAccount() } catch {
             exitWithMessage("signed in, but cannot read the account: \(error) (does the app have the scope account_info.read?)", code: 1)
         }
-        config.accounts[name] = StoredAccount(appKey: key, refreshToken: refreshToken, accountID: account.accountID,
-                                              email: account.email, displayName: account.displayName)
-        if makeDefault || config.defaultAccount == nil || config.accounts[config.defaultAccount!] == nil {
-            config.defaultAccount = name
-        }
-        do { try ConfigFile.save(config, to: path) } catch { exitWithMessage(error.description, code: 1) }
+        let stored = StoredAccount(appKey: key, refreshToken: refreshToken, accountID: account.accountID,
+                                   email: account.email, displayName: account.displayName)
+        let makeDefault = self.makeDefault
+        do {
+            try ConfigFile.update(at: path) { fresh in
+                fresh.accounts[name] = stored
+                if makeDefault || fresh.defaultAccount == nil || fresh.accounts[fresh.defaultAccount!] == nil {
+                    fresh.defaultAccount = name
+                }
+                config = fresh
+            }
+        } catch { exitWithMessage(error.description, code: 1) }
         let isDefault = config.defaultAccount == name ? " (the default)" : ""
         stderr.write(Data("\nSigned in as \(account.displayName) <\(account.email)>; saved as account '\(name)'\(isDefault) in \(path)\n".utf8))
     }
@@ -215,9 +221,13 @@ struct LogoutCommand: ParsableCommand {
             }
             note = "its token was already revoked or invalid"
         }
-        config.accounts[chosen.name] = nil
-        if config.defaultAccount == chosen.name { config.defaultAccount = config.accounts.keys.sorted().first }
-        do { try ConfigFile.save(config, to: path) } catch { exitWithMessage(error.description, code: 1) }
+        do {
+            try ConfigFile.update(at: path) { fresh in
+                fresh.accounts[chosen.name] = nil
+                if fresh.defaultAccount == chosen.name { fresh.defaultAccount = fresh.accounts.keys.sorted().first }
+                config = fresh
+            }
+        } catch { exitWithMessage(error.description, code: 1) }
         let who = chosen.account.email.map { " (\($0))" } ?? ""
         print("Signed out of account '\(chosen.name)'\(who): \(note), and removed it from \(path).")
     }

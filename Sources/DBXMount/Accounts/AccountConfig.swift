@@ -100,6 +100,23 @@ enum ConfigFile {
         }
     }
 
+    /// Reads the config again, applies `change` and writes it, holding `path.lock` (`flock`)
+    /// throughout: `auth` waits minutes for the user's code, and a second `auth` or a `logout`
+    /// finished meanwhile must not be undone by saving the copy read before.
+    static func update(at path: String, _ change: (inout AccountConfig) -> Void) throws(ConfigError) {
+        let directory = (path as NSString).deletingLastPathComponent
+        try makeDirectory(directory)
+        let lock = open(path + ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard lock >= 0 else { throw ConfigError("cannot lock \(path): \(String(cString: strerror(errno)))") }
+        defer { close(lock) }
+        while flock(lock, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw ConfigError("cannot lock \(path): \(String(cString: strerror(errno)))") }
+        }
+        var config = try load(path) ?? AccountConfig()
+        change(&config)
+        try save(config, to: path)
+    }
+
     /// Writes `config` atomically (a 0600 temporary file renamed over the old one), creating the
     /// directory 0700 if needed.
     static func save(_ config: AccountConfig, to path: String) throws(ConfigError) {
@@ -163,7 +180,9 @@ enum ConfigFile {
 
     private static func reason(_ error: Error) -> String {
         switch error {
-        case DecodingError.keyNotFound(let key, _): "missing \"\(key.stringValue)\""
+        case DecodingError.keyNotFound(let key, let context):
+            // Named with its place (`accounts.carol.app_key`): with several accounts, which one.
+            "missing \"\((context.codingPath.map(\.stringValue) + [key.stringValue]).joined(separator: "."))\""
         case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
             "wrong type at \(context.codingPath.map(\.stringValue).joined(separator: "."))"
         case DecodingError.dataCorrupted: "not JSON"

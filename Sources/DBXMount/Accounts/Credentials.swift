@@ -33,6 +33,12 @@ struct Credentials {
             guard StaticAccessToken.isWellFormed(token) else {
                 throw .usage(UsageError("token file \(path) does not hold an access token alone (it has spaces, quotes or other characters no token has)"))
             }
+            // Warned, not refused (as the config is): the token is the caller's, and a script's
+            // file may be shared on purpose; but anyone who can read it reads the whole Dropbox.
+            var info = stat()
+            if stat(path, &info) == 0, info.st_mode & 0o077 != 0 {
+                logger.warning("the token file can be read by others (mode \(String(info.st_mode & 0o777, radix: 8))); fix it with: chmod 600 \(path)")
+            }
             return Credentials(tokens: FixedToken(token, from: "the token file \(path)", logger: logger),
                                remedy: "check the token in \(path)", accountName: nil,
                                identity: "token:" + Self.digest(token))
