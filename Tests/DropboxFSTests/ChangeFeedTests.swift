@@ -270,14 +270,20 @@ struct ChangeFeedTests {
         #expect(try fs.readDirectory(handle, from: 0).map(\.name) == [".", "..", "a.txt", "b.txt", "c.txt"])
     }
 
-    @Test func aListingGoneOnFromAnotherSnapshotMissesNothingThatWasThereAllAlong() throws {
-        // The kernel answers a second `ls` from its cached listing, with our offsets; dropped for a
-        // change, it asks this handle to go on from where it was, and this handle has no snapshot.
+    /// A live mount of twenty files, f00 to f19, in the root.
+    func liveWithTwentyFiles() throws -> (DropboxFilesystem, [String]) {
         let names = (0..<20).map { String(format: "f%02d", $0) }
         for name in names { dropbox.addFile("/" + name, [1]) }
         let fs = makeFS()
-        defer { fs.stopChangeFeed() }
         try startLive(fs)
+        return (fs, names)
+    }
+
+    @Test func aListingGoneOnFromAnotherSnapshotMissesNothingThatWasThereAllAlong() throws {
+        // The kernel answers a second `ls` from its cached listing, with our offsets; dropped for a
+        // change, it asks this handle to go on from where it was, and this handle has no snapshot.
+        let (fs, names) = try liveWithTwentyFiles()
+        defer { fs.stopChangeFeed() }
         let first = try fs.openDirectory(.root)
         let cached = try fs.readDirectory(first, from: 0)
         fs.releaseDirectory(first)
@@ -292,11 +298,8 @@ struct ChangeFeedTests {
     @Test func entriesRemovedSinceTheSnapshotDoNotEndTheListing() throws {
         // A reply with no entry is the folder's end to the kernel: a batch whose entries were all
         // removed must still bring the live ones after them.
-        let names = (0..<20).map { String(format: "f%02d", $0) }
-        for name in names { dropbox.addFile("/" + name, [1]) }
-        let fs = makeFS()
+        let (fs, names) = try liveWithTwentyFiles()
         defer { fs.stopChangeFeed() }
-        try startLive(fs)
         let handle = try fs.openDirectory(.root)
         defer { fs.releaseDirectory(handle) }
         let dots = try fs.readDirectory(handle, from: 0, limit: 2)

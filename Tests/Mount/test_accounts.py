@@ -372,12 +372,8 @@ def test_a_revoked_account_says_sign_in_again_at_once_not_when_its_token_expires
     assert len(refused) == 1, log.read_text()
 
 
-def test_a_fixed_token_refused_under_a_running_mount_says_why_once(tmp_path):
-    served = tmp_path / "served"
-    (served / "docs").mkdir(parents=True)
-    (served / "docs" / "a.txt").write_bytes(b"alpha\n")
-    (served / "docs" / "b.txt").write_bytes(b"beta\n")
-    emulator = Emulator(served)
+def test_a_fixed_token_refused_under_a_running_mount_says_why_once(small_tree, tmp_path):
+    emulator = Emulator(small_tree)
     mount = Mount(emulator, tmp_path / "mnt")
     try:
         mnt = mount.mountpoint
@@ -387,7 +383,7 @@ def test_a_fixed_token_refused_under_a_running_mount_says_why_once(tmp_path):
         urllib.request.urlopen(request, timeout=10).read()
         for _ in range(3):
             with pytest.raises(PermissionError):
-                (mnt / "docs" / "b.txt").read_bytes()
+                (mnt / "docs" / "unread.txt").read_bytes()
         told = [line for line in mount.log().splitlines() if "refused the access token from DBX_ACCESS_TOKEN" in line]
         assert len(told) == 1, mount.log()
         assert "dbx-mount auth" in told[0] and TOKEN not in told[0]
