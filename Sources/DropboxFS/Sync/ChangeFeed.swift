@@ -438,20 +438,33 @@ extension DropboxFilesystem {
         signalFeedChanged()
     }
 
-    /// Seconds after the first listing ends that its tree is saved.
+    /// Seconds with no file open, after the first listing ends, before its tree is saved.
     static let firstSaveDelay: Double = 5
 
-    /// Saves the tree `seconds` from now, at low priority, on a thread of its own (the feed's is
-    /// in a longpoll by then). A save already under way or at unmount takes its turn (the store
-    /// serializes them); nothing unsaved, nothing written.
+    /// Saves the tree once no file has been open for `seconds`, at low priority, on a thread of
+    /// its own (the feed's is in a longpoll by then). Not while files are read: a save walks the
+    /// whole tree, and a read that touches the tree meanwhile makes it copy it, so a save in the
+    /// middle of a stream raised the mount's peak memory by tens of MiB. Files open for good
+    /// leave it to the feed's own save, 30 s on, as before. A save already under way or at
+    /// unmount takes its turn (the store serializes them); nothing unsaved, nothing written.
     private func saveSoon(after seconds: Double) {
         Thread.detachNewThread { [self] in
-            let due = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-            while ContinuousClock.now < due {
+            let giveUp = ContinuousClock.now + .seconds(60)
+            var idleSince: ContinuousClock.Instant?
+            while ContinuousClock.now < giveUp {
                 if stopped.load(ordering: .relaxed) { return }
+                if state.withLock({ $0.fileHandles.isEmpty }) {
+                    let since = idleSince ?? .now
+                    idleSince = since
+                    if ContinuousClock.now - since >= .milliseconds(Int(seconds * 1000)) {
+                        if BackgroundPriority.lowered({ persist() }) { bulkWorkDone() }
+                        return
+                    }
+                } else {
+                    idleSince = nil
+                }
                 Thread.sleep(forTimeInterval: 0.1)
             }
-            if BackgroundPriority.lowered({ persist() }) { bulkWorkDone() }
         }
     }
 
