@@ -200,7 +200,7 @@ struct LogoutCommand: ParsableCommand {
 
     mutating func run() throws {
         let path = options.configPath
-        guard var config = options.loadConfig(), !config.accounts.isEmpty else {
+        guard let config = options.loadConfig(), !config.accounts.isEmpty else {
             exitWithMessage("no accounts in \(path)", code: 1)
         }
         let chosen: (name: String, account: StoredAccount)
@@ -225,7 +225,6 @@ struct LogoutCommand: ParsableCommand {
             try ConfigFile.update(at: path) { fresh in
                 fresh.accounts[chosen.name] = nil
                 if fresh.defaultAccount == chosen.name { fresh.defaultAccount = fresh.accounts.keys.sorted().first }
-                config = fresh
             }
         } catch { exitWithMessage(error.description, code: 1) }
         let who = chosen.account.email.map { " (\($0))" } ?? ""

@@ -4,9 +4,10 @@
 public protocol AccessTokenProvider: Sendable {
     /// The token to send now. May block (a refreshing provider may fetch a new one).
     func accessToken() throws(DropboxError) -> String
-    /// The server answered 401 `expired_access_token` to a request that carried `token`. A
-    /// refreshing provider refreshes (once, even if many threads report the same token); the client
-    /// then asks `accessToken()` again and retries once if the token changed.
+    /// The server answered 401 `expired_access_token` (or `invalid_access_token`, which a token
+    /// revoked with its refresh token gets) to a request that carried `token`. A refreshing
+    /// provider refreshes (once, even if many threads report the same token); the client then
+    /// asks `accessToken()` again and retries once if the token changed.
     func tokenExpired(_ token: String) throws(DropboxError)
 }
 

@@ -263,14 +263,13 @@ extension DropboxFilesystem {
     /// answer; the failed call is logged.
     public func statistics() throws(FSError) -> FilesystemStatistics {
         try reporting(.statfs) { () throws(FSError) -> FilesystemStatistics in
-            let (last, fresh, refresh) = state.withLock { state -> (FilesystemStatistics?, Bool, Bool) in
-                guard let (stats, at) = state.statistics else { return (nil, false, false) }
+            let (last, refresh) = state.withLock { state -> (FilesystemStatistics?, Bool) in
+                guard let (stats, at) = state.statistics else { return (nil, false) }
                 let current = FilesystemStatistics(usedBytes: stats.usedBytes, allocatedBytes: stats.allocatedBytes,
                                                    nodeCount: UInt64(state.tree.liveCount))
-                let fresh = now() - at < ttlSeconds
-                let refresh = !fresh && !state.statisticsRefreshing && !reachability.isUnreachable
+                let refresh = now() - at >= ttlSeconds && !state.statisticsRefreshing && !reachability.isUnreachable
                 if refresh { state.statisticsRefreshing = true }
-                return (current, fresh, refresh)
+                return (current, refresh)
             }
             if let last {
                 if refresh {
@@ -294,8 +293,7 @@ extension DropboxFilesystem {
         let usage: SpaceUsage
         do throws(DropboxError) { usage = try api.spaceUsage() } catch {
             if error == .stopped { throw FSError(error) }
-            logger.notice("users/get_space_usage failed; df shows the last figures", metadata: ["error": "\(error)"])
-            // The last figures stand for another TTL: a failing Dropbox is not asked at every `df`.
+            // The client has logged the failed call. The last figures stand for another TTL: a failing Dropbox is not asked at every `df`.
             state.withLock { state in state.statistics = state.statistics.map { ($0.0, now()) } }
             return nil
         }
