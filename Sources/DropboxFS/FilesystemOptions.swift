@@ -22,6 +22,10 @@ public struct FilesystemOptions: Sendable {
     /// listing each folder again, one round trip after another. A folder reached by name rather
     /// than by listing its parent is not waited for (`Freshness.swift`). Tests lengthen it.
     public var fillWaitSeconds: Double = 2
+    /// How long `df` waits for the first figures from `users/get_space_usage` before it answers
+    /// zeros and lets the call finish in the background: a hung link must not hold `df`, or a
+    /// file manager's free-space line, for the call's whole deadline. Tests shorten it.
+    public var firstStatisticsWaitSeconds: Double = 5
     /// Listings the first full listing runs at once (subtrees of the mounted folder); 1 lists it
     /// as one recursive chain of pages.
     public var listingConcurrency = 8

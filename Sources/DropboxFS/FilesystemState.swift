@@ -5,8 +5,10 @@ struct State {
     var directoryHandles: [FileHandleID: OpenDirectory] = [:]
     var nextHandle: UInt64 = 1
     var statistics: (FilesystemStatistics, Double)?
-    /// A `users/get_space_usage` call for stale figures is under way (`statistics()`).
-    var statisticsRefreshing = false
+    /// When `users/get_space_usage` last failed before any figures came: asked again a TTL later.
+    var statisticsFailedAt: Double?
+    /// The `users/get_space_usage` call under way, if any (`statistics()`).
+    var statisticsFetch: StatisticsFetch?
     var feed = FeedStatus()
     /// When caches were last dropped (SIGHUP): a folder listed before then is listed again, even
     /// while the feed is live.

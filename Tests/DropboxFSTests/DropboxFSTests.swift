@@ -394,6 +394,38 @@ struct DropboxFSTests {
         dropbox.setSpaceUsageGate(nil)
     }
 
+    @Test func theFirstFiguresAreWaitedForOnlyAWhileOnAHungLink() throws {
+        var options = FilesystemOptions(uid: 1000, gid: 1000)
+        options.firstStatisticsWaitSeconds = 0.2
+        let fs = makeFS(options)
+        let held = DispatchSemaphore(value: 0)
+        let asked = Atomic<Int>(0)
+        dropbox.setSpaceUsageGate { asked.add(1, ordering: .relaxed); held.wait() }
+        defer { dropbox.setSpaceUsageGate(nil) }
+        let first = try fs.statistics()
+        #expect(first.usedBytes == 0 && first.allocatedBytes == 0, "zeros while the first call hangs, not a df held for its deadline")
+        #expect(try fs.statistics().usedBytes == 0)
+        #expect(asked.load(ordering: .relaxed) == 1, "one call, however many df asked meanwhile")
+        held.signal()
+        #expect(eventually { (try? fs.statistics().usedBytes) == 1 << 30 }, "the figures once it answers")
+        #expect(asked.load(ordering: .relaxed) == 1)
+    }
+
+    @Test func aFailureBeforeAnyFiguresIsAskedAgainOnlyAfterTheTTL() throws {
+        let asked = Atomic<Int>(0)
+        dropbox.setSpaceUsageGate { asked.add(1, ordering: .relaxed) }
+        defer { dropbox.setSpaceUsageGate(nil) }
+        dropbox.fail(with: .server(status: 503, body: ""))
+        let fs = makeFS()
+        #expect(try fs.statistics().usedBytes == 0)
+        #expect(try fs.statistics().usedBytes == 0)
+        #expect(asked.load(ordering: .relaxed) == 1, "a failing Dropbox is not asked at every df")
+        dropbox.fail(with: nil)
+        clock.advance(by: 61)
+        #expect(try fs.statistics().usedBytes == 1 << 30)
+        #expect(asked.load(ordering: .relaxed) == 2)
+    }
+
     @Test func dropboxFailuresBecomeFilesystemErrors() throws {
         let fs = makeFS()
         dropbox.fail(with: .auth(tag: "invalid_access_token", summary: "invalid_access_token/"))

@@ -255,53 +255,60 @@ extension DropboxFilesystem {
 
     // MARK: - Filesystem
 
-    /// Space used and allocated, from `users/get_space_usage`, trusted for the metadata TTL. `df`
-    /// waits for Dropbox only for the first figures: stale ones are answered at once and asked for
-    /// again in the background, as a slow or hung link would otherwise hold every `df` (and every
-    /// file manager's free-space line) for up to the call's deadline. When Dropbox cannot answer
-    /// (offline, failing), the last figures stand, or zeros before any, as rclone and mountpoint-s3
-    /// answer; the failed call is logged.
+    /// Space used and allocated, from `users/get_space_usage`, trusted for the metadata TTL. One
+    /// call at a time, always in the background: stale figures are answered at once, and `df`
+    /// waits for the first figures only `firstStatisticsWaitSeconds`, as a slow or hung link would
+    /// otherwise hold every `df` (and every file manager's free-space line) for up to the call's
+    /// deadline. When Dropbox cannot answer (offline, failing, slow), the last figures stand, or
+    /// zeros before any, as rclone and mountpoint-s3 answer; a failing Dropbox is asked once per
+    /// TTL, and the client logs the failed call.
     public func statistics() throws(FSError) -> FilesystemStatistics {
         try reporting(.statfs) { () throws(FSError) -> FilesystemStatistics in
-            let (last, refresh) = state.withLock { state -> (FilesystemStatistics?, Bool) in
-                guard let (stats, at) = state.statistics else { return (nil, false) }
-                let current = FilesystemStatistics(usedBytes: stats.usedBytes, allocatedBytes: stats.allocatedBytes,
-                                                   nodeCount: UInt64(state.tree.liveCount))
-                let refresh = now() - at >= ttlSeconds && !state.statisticsRefreshing && !reachability.isUnreachable
-                if refresh { state.statisticsRefreshing = true }
-                return (current, refresh)
+            let (last, fetch, leads) = state.withLock { state -> (FilesystemStatistics?, StatisticsFetch?, Bool) in
+                let due = if let (_, at) = state.statistics { now() - at >= ttlSeconds }
+                          else { state.statisticsFailedAt.map { now() - $0 >= ttlSeconds } ?? true }
+                let leads = due && state.statisticsFetch == nil && !reachability.isUnreachable
+                if leads { state.statisticsFetch = StatisticsFetch() }
+                return (shownStatistics(state), state.statisticsFetch, leads)
             }
-            if let last {
-                if refresh {
-                    Thread.detachNewThread { [self] in
-                        _ = try? fetchStatistics()
-                        state.withLock { $0.statisticsRefreshing = false }
-                    }
+            if leads, let fetch {
+                Thread.detachNewThread { [self] in
+                    fetchStatistics()
+                    state.withLock { $0.statisticsFetch = nil }
+                    fetch.end()
                 }
-                return last
             }
-            // No call while the mount knows Dropbox is out of reach: `df` must not wait out retries.
-            let zeros = FilesystemStatistics(usedBytes: 0, allocatedBytes: 0,
-                                             nodeCount: state.withLock { UInt64($0.tree.liveCount) })
-            if reachability.isUnreachable { return zeros }
-            return try fetchStatistics() ?? zeros
+            if let last { return last }
+            fetch?.wait(upTo: options.firstStatisticsWaitSeconds)
+            return state.withLock { state in
+                shownStatistics(state) ?? FilesystemStatistics(usedBytes: 0, allocatedBytes: 0,
+                                                               nodeCount: UInt64(state.tree.liveCount))
+            }
         }
     }
 
-    /// Asks Dropbox for the figures and keeps them; nil when it could not answer.
-    private func fetchStatistics() throws(FSError) -> FilesystemStatistics? {
+    /// The figures `df` is shown: Dropbox's last, with the entries the tree holds now.
+    private func shownStatistics(_ state: State) -> FilesystemStatistics? {
+        state.statistics.map { stats, _ in
+            FilesystemStatistics(usedBytes: stats.usedBytes, allocatedBytes: stats.allocatedBytes,
+                                 nodeCount: UInt64(state.tree.liveCount))
+        }
+    }
+
+    /// Asks Dropbox for the figures and keeps them. On a failure the last figures stand for another
+    /// TTL, or zeros do before any: a failing Dropbox is not asked at every `df`.
+    private func fetchStatistics() {
         let usage: SpaceUsage
         do throws(DropboxError) { usage = try api.spaceUsage() } catch {
-            if error == .stopped { throw FSError(error) }
-            // The client has logged the failed call. The last figures stand for another TTL: a failing Dropbox is not asked at every `df`.
-            state.withLock { state in state.statistics = state.statistics.map { ($0.0, now()) } }
-            return nil
+            state.withLock { state in
+                if let (stats, _) = state.statistics { state.statistics = (stats, now()) } else { state.statisticsFailedAt = now() }
+            }
+            return
         }
-        return state.withLock { state in
-            let stats = FilesystemStatistics(usedBytes: usage.used, allocatedBytes: usage.allocated,
-                                             nodeCount: UInt64(state.tree.liveCount))
-            state.statistics = (stats, now())
-            return stats
+        state.withLock { state in
+            state.statistics = (FilesystemStatistics(usedBytes: usage.used, allocatedBytes: usage.allocated,
+                                                     nodeCount: UInt64(state.tree.liveCount)), now())
+            state.statisticsFailedAt = nil
         }
     }
 
@@ -349,5 +356,30 @@ extension DropboxFilesystem {
         return NodeAttributes(inode: slot.inode, kind: .file, permissions: options.permissions(for: .file),
                               size: tree.size(slot), linkCount: 1, modified: tree.modified(slot),
                               uid: options.uid, gid: options.gid)
+    }
+}
+
+/// One `users/get_space_usage` call under way: a `df` that has no figures yet waits on it, for a
+/// while after it started.
+final class StatisticsFetch: @unchecked Sendable {
+    // `ended` is written once, under `condition`.
+    private let condition = NSCondition()
+    private var ended = false
+    private let started = Date()
+
+    func end() {
+        condition.lock()
+        ended = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Returns when the call has ended, or `seconds` after it started, whichever comes first: on a
+    /// hung link only the first `df`s wait, not every one until the call's deadline.
+    func wait(upTo seconds: Double) {
+        let deadline = started.addingTimeInterval(seconds)
+        condition.lock()
+        while !ended, condition.wait(until: deadline) {}
+        condition.unlock()
     }
 }
