@@ -205,6 +205,39 @@ struct ChangeFeedTests {
         #expect(eventually { invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "gone")) })
     }
 
+    @Test func aMountedFolderThatContinueCannotFindIsShownEmptyUntilItIsBack() throws {
+        dropbox.addFolder("/Photos")
+        dropbox.addFile("/Photos/a.jpg", [1])
+        let fs = makeFS(FilesystemOptions(rootPath: "/Photos", metadataTTL: .seconds(60)))
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        #expect(try names(fs, .root) == ["a.jpg"])
+        // Deleted or moved away: Dropbox answers the folder's cursor with path/not_found.
+        dropbox.silentlyRemove("/Photos")
+        dropbox.fail(with: .route(tags: ["path", "not_found"], summary: "path/not_found/"))
+        #expect(eventually { (try? names(fs, .root)) == [] }, "not its old tree for good")
+        #expect(eventually { invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "a.jpg")) })
+        #expect(!fs.isFeedLive)
+        dropbox.fail(with: nil)
+        dropbox.addFolder("/Photos")
+        dropbox.addFile("/Photos/b.jpg", [2])
+        #expect(eventually(within: 10) { (try? names(fs, .root)) == ["b.jpg"] }, "listed afresh once it is back")
+        #expect(eventually { fs.isFeedLive })
+    }
+
+    @Test func aDeletedEntryForTheMountedFolderTakesItsContents() throws {
+        dropbox.addFolder("/Photos")
+        dropbox.addFolder("/Photos/Album")
+        dropbox.addFile("/Photos/Album/a.jpg", [1])
+        let fs = makeFS(FilesystemOptions(rootPath: "/Photos", metadataTTL: .seconds(60)))
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        _ = try resolve(fs, "Album/a.jpg")
+        dropbox.journal([.deleted(DeletedMetadata(name: "Photos", pathLower: "/photos", pathDisplay: "/Photos"))])
+        #expect(eventually { (try? names(fs, .root)) == [] })
+        #expect(eventually { invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "Album")) })
+    }
+
     @Test func whileTheFeedIsDownTTLRulesApply() throws {
         dropbox.addFile("/a.txt", [1])
         let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(10)))

@@ -88,7 +88,14 @@ struct TreeUpdate {
                 leaf = entry.name
             } else {
                 guard let components = relativeComponents(entry) else { continue }
-                guard !components.isEmpty else { continue }   // the mounted folder itself
+                guard !components.isEmpty else {
+                    // The mounted folder itself. Deleted (or moved away), it takes its contents
+                    // with it, as any deleted folder does; a folder entry for it changes nothing.
+                    if case .deleted = entry, !tree.children(of: .root).isEmpty {
+                        replaceChildren(of: .root, with: [], in: &tree, listedAt: tree.listedAt(.root), notify: notify)
+                    }
+                    continue
+                }
                 guard let found = walkToParent(of: entry, along: components, in: &tree, notify: notify,
                                                newFoldersListedAt: newFoldersListedAt) else { continue }
                 parent = found

@@ -86,6 +86,20 @@ extension DropboxFilesystem {
                     resetting = true
                     continue
                 }
+                if error.isRoute("path") {
+                    // `continue` (or the listing) cannot find the mounted folder: it was deleted,
+                    // moved, or replaced by a file. Its contents are gone from Dropbox, so the
+                    // mount shows it empty, not its old tree for good; and the cursor is dropped,
+                    // so the folder is listed afresh (with backoff, below) until it is back.
+                    if failures == 0 {
+                        logger.warning("the mounted folder is gone from Dropbox; showing it empty until it is back",
+                                       metadata: ["error": "\(error)"])
+                    }
+                    state.withLock { $0.feed.cursor = nil; $0.feed.catchingUp = false }
+                    store?.clear()
+                    resetting = true
+                    emptyMountedFolder()
+                }
                 failures += 1
                 // The Dropbox client has logged the failed call; that the feed is down is news once.
                 logger.log(level: failures == 1 ? .notice : .debug, "change feed is down; retrying with backoff",
@@ -424,6 +438,18 @@ extension DropboxFilesystem {
         invalidate(invalidations)
         // A rewritten image gets thumbnails of its new rev, so a file manager's stay valid.
         if !rewritten.isEmpty { thumbnailer?.refresh(rewritten) }
+    }
+
+    /// Removes everything below the mounted folder, telling the kernel to forget it.
+    private func emptyMountedFolder() {
+        let invalidations = state.withLock { state -> [KernelInvalidation] in
+            guard !state.tree.children(of: .root).isEmpty else { return [] }
+            var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
+            update.replaceChildren(of: .root, with: [], in: &state.tree, listedAt: now(), notify: true)
+            state.feed.unsaved = true
+            return update.invalidations
+        }
+        invalidate(invalidations)
     }
 
     private func setFeed(live: Bool) {
