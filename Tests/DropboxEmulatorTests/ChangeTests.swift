@@ -75,6 +75,35 @@ import Testing
         }
     }
 
+    @Test func aFolderMovedAwayAndMadeAgainIsReportedDeletedFirst() throws {
+        try withFixture(files: ["a/sub/deep.txt": "d", "a/top.txt": "t"]) { f in
+            let cursor = latestCursor(f)
+            let away = NSTemporaryDirectory() + "/moved-away-\(UUID().uuidString)"
+            try FileManager.default.moveItem(atPath: f.dir + "/a", toPath: away)
+            defer { try? FileManager.default.removeItem(atPath: away) }
+            try FileManager.default.createDirectory(atPath: f.dir + "/a", withIntermediateDirectories: false)
+            Thread.sleep(forTimeInterval: 0.3)
+            let entries = f.cont(cursor).json["entries"] as! [[String: Any]]
+            let forA = entries.filter { $0["path_lower"] as? String == "/a" }.map { $0[".tag"] as! String }
+            #expect(forA == ["deleted", "folder"], "a folder entry alone would keep the old folder's children")
+        }
+    }
+
+    @Test func theListedFolderItselfMovedAwayWakesItsLongpollAndItsContinueSaysNotFound() throws {
+        try withFixture(files: ["A/x": "x", "f": "f"]) { f in
+            let cursor = latestCursor(f, "/A")
+            let away = NSTemporaryDirectory() + "/moved-away-\(UUID().uuidString)"
+            try FileManager.default.moveItem(atPath: f.dir + "/A", toPath: away)
+            defer { try? FileManager.default.removeItem(atPath: away) }
+            Thread.sleep(forTimeInterval: 0.3)
+            #expect(longpoll(f, cursor).json["changes"] as? Bool == true)
+            #expect(errorTags(f.cont(cursor)) == ["path", "not_found"])
+            try FileManager.default.moveItem(atPath: f.dir + "/f", toPath: f.dir + "/A")
+            Thread.sleep(forTimeInterval: 0.3)
+            #expect(errorTags(f.cont(cursor)) == ["path", "not_folder"])
+        }
+    }
+
     @Test func expiredCursorsAnswerReset() throws {
         try withFixture(files: ["a": "a"]) { f in
             let cursor = latestCursor(f)

@@ -143,7 +143,11 @@ final class FileIndex: Sendable {
         state.withLock { $0.waiters.removeValue(forKey: token) != nil }
     }
 
+    /// Whether a change at `pathLower` is reported to a cursor on `scope`: the folder's contents,
+    /// and the folder itself (its first page names it too), whose deletion or move must wake a
+    /// longpoll on it.
     static func inScope(_ pathLower: String, scope: String, recursive: Bool) -> Bool {
+        if !scope.isEmpty && pathLower == scope { return true }
         let prefix = scope + "/"
         guard pathLower.hasPrefix(prefix) else { return false }
         return recursive || !pathLower.dropFirst(prefix.count).contains("/")

@@ -78,6 +78,8 @@ struct JournalEntry {
     /// Lowercased absolute path from the served root, "/a/b".
     var pathLower: String
     var components: [String]
+    /// Whatever was at the path was removed (perhaps to be replaced, coalesced into this entry).
+    var removed = false
 }
 
 /// What a page of a listing or a change feed produced.

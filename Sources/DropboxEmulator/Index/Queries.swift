@@ -117,12 +117,17 @@ extension FileIndex {
             let start = FileIndex.firstIndex(after: seq, in: state.journal)
             var latest: [String: Int] = [:]
             var order: [Int] = []
+            var removed: Set<String> = []
             for i in start..<state.journal.count where FileIndex.inScope(state.journal[i].pathLower, scope: folder, recursive: recursive) {
                 latest[state.journal[i].pathLower] = i
                 order.append(i)
+                if state.journal[i].removed { removed.insert(state.journal[i].pathLower) }
             }
             // Each changed path once, at its last change, in journal order: parents are created
-            // before their children, and a delete-then-recreate ends as the recreation.
+            // before their children. A folder removed and made again is reported deleted, then
+            // as it is now: a folder entry alone would keep the old folder's children, which a
+            // client must keep for a folder that was only modified. (A file entry replaces
+            // whatever was there, so a file made again needs no deleted entry.)
             let picks = order.filter { latest[state.journal[$0].pathLower] == $0 }
             var entries: [EntrySnapshot] = []
             var newSeq = state.seq
@@ -137,6 +142,9 @@ extension FileIndex {
                 let lower = entry.pathLower.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
                 if let node = FileIndex.node(at: lower, in: state) {
                     if !includeNonDownloadable && node.isPaper { continue }
+                    if node.isDirectory && removed.contains(entry.pathLower) {
+                        entries.append(EntrySnapshot(kind: .deleted, name: entry.components.last ?? "", components: entry.components))
+                    }
                     entries.append(FileIndex.snapshot(node))
                 } else {
                     entries.append(EntrySnapshot(kind: .deleted, name: entry.components.last ?? "", components: entry.components))

@@ -164,7 +164,7 @@ extension FileIndex {
         parent.children[node.name.dropboxLowercased] = nil
         parent.invalidateOrder()
         // Children of a removed folder are implied by its own `deleted` entry, as on Dropbox.
-        journal(node, state: &state)
+        journal(node, state: &state, removed: true)
         func forget(_ n: Node) {
             let lower = "/" + n.components.joined(separator: "/").dropboxLowercased
             state.incarnations[lower, default: 0] += 1
@@ -176,7 +176,7 @@ extension FileIndex {
         node.parent = nil
     }
 
-    static func journal(_ node: Node, state: inout State) {
+    static func journal(_ node: Node, state: inout State, removed: Bool = false) {
         let components = node.components
         let pathLower = "/" + components.joined(separator: "/").dropboxLowercased
         state.seq += 1
@@ -185,10 +185,11 @@ extension FileIndex {
         if var last = state.journal.last, last.pathLower == pathLower {
             last.seq = state.seq
             last.components = components
+            last.removed = last.removed || removed
             state.journal[state.journal.count - 1] = last
             return
         }
-        state.journal.append(JournalEntry(seq: state.seq, pathLower: pathLower, components: components))
+        state.journal.append(JournalEntry(seq: state.seq, pathLower: pathLower, components: components, removed: removed))
         if state.journal.count > maxJournal {
             let drop = maxJournal / 2
             state.journalFloor = state.journal[drop - 1].seq

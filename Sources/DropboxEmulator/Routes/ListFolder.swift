@@ -168,9 +168,8 @@ extension Router {
             let cursor = try cursorArg(arg, route: route).get()
             if let link = cursor.link, sharedLinks.find(url: link) == nil { return .routeError(["path", "not_found"]) }
             if !cursor.folder.isEmpty {
-                guard let folder = index.lookup(lower: cursor.folder), folder.kind == .folder else {
-                    return .routeError(["path", "not_found"])
-                }
+                guard let folder = index.lookup(lower: cursor.folder) else { return .routeError(["path", "not_found"]) }
+                guard folder.kind == .folder else { return .routeError(["path", "not_folder"]) }
             }
             return page(cursor: cursor)
         } catch {
