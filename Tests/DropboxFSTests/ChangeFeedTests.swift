@@ -196,7 +196,12 @@ struct ChangeFeedTests {
         let keep = try resolve(fs, "keep.txt").inode
         _ = try resolve(fs, "gone/inside.txt")
         dropbox.silentlyRemove("/gone")
+        let held = DispatchSemaphore(value: 0)
+        dropbox.setGates(listing: nil, recursive: { held.wait() })
         dropbox.resetCursors()
+        #expect(eventually { !fs.isFeedLive }, "not live while the mounted folder is listed again")
+        held.signal(); held.signal(); held.signal(); held.signal()
+        dropbox.setGates(listing: nil, recursive: nil)
         #expect(eventually { dropbox.counters.recursiveListFolder == 2 }, "reset starts a fresh recursive listing")
         #expect(eventually { (try? resolve(fs, "gone")) == nil })
         #expect(try resolve(fs, "keep.txt").inode == keep, "what survives keeps its inode")

@@ -91,7 +91,10 @@ struct TreeUpdate {
                 guard !components.isEmpty else {
                     // The mounted folder itself. Deleted (or moved away), it takes its contents
                     // with it, as any deleted folder does; a folder entry for it changes nothing.
-                    if case .deleted = entry, !tree.children(of: .root).isEmpty {
+                    // Only an entry that names it exactly: "/Photos/" or "/Photos/." from a hostile
+                    // server split to the same components, and the whole account cannot be deleted.
+                    if case .deleted = entry, !rootPath.isEmpty, let lower = entry.pathLower,
+                       FoldedName(lower).bytes == rootFolded, !tree.children(of: .root).isEmpty {
                         replaceChildren(of: .root, with: [], in: &tree, listedAt: tree.listedAt(.root), notify: notify)
                     }
                     continue

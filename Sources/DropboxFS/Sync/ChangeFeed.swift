@@ -81,6 +81,9 @@ extension DropboxFilesystem {
                 if error == .stopped { return }   // the mount is stopping: not a feed outage
                 if error.isRoute("reset") {
                     logger.warning("change feed cursor was reset; listing the mounted folder again")
+                    // Not live until the new listing is done: the tree may miss changes until then,
+                    // so the TTL rules apply, and `status` does not say "live" for minutes.
+                    setFeed(live: false)
                     state.withLock { $0.feed.cursor = nil; $0.feed.catchingUp = false }
                     store?.clear()
                     resetting = true
