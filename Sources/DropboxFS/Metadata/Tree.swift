@@ -184,6 +184,9 @@ struct Tree {
         }
     }
 
+    /// Whether `folder` holds anything, without collecting its children.
+    func hasChildren(_ folder: Slot) -> Bool { records[Int(folder.index)].firstChild != Slot.none.index }
+
     /// Children in the order they were added (the sibling list is built by prepending).
     func children(of folder: Slot) -> [Slot] {
         var result: [Slot] = []

@@ -56,6 +56,12 @@ struct TreeUpdate {
         settleFolderTimes(in: &tree, notify: notify)
     }
 
+    /// Removes everything below the mounted folder, which Dropbox no longer has.
+    mutating func emptyMountedFolder(in tree: inout Tree, listedAt: Double, notify: Bool) {
+        guard tree.hasChildren(.root) else { return }
+        replaceChildren(of: .root, with: [], in: &tree, listedAt: listedAt, notify: notify)
+    }
+
     /// Settles the times of the folders the batch changed, which the kernel must forget too.
     private mutating func settleFolderTimes(in tree: inout Tree, notify: Bool) {
         let retimed = tree.settleFolderTimes()
@@ -93,9 +99,8 @@ struct TreeUpdate {
                     // with it, as any deleted folder does; a folder entry for it changes nothing.
                     // Only an entry that names it exactly: "/Photos/" or "/Photos/." from a hostile
                     // server split to the same components, and the whole account cannot be deleted.
-                    if case .deleted = entry, !rootPath.isEmpty, let lower = entry.pathLower,
-                       FoldedName(lower).bytes == rootFolded, !tree.children(of: .root).isEmpty {
-                        replaceChildren(of: .root, with: [], in: &tree, listedAt: tree.listedAt(.root), notify: notify)
+                    if case .deleted = entry, !rootPath.isEmpty, let lower = entry.pathLower, FoldedName(lower).bytes == rootFolded {
+                        emptyMountedFolder(in: &tree, listedAt: tree.listedAt(.root), notify: notify)
                     }
                     continue
                 }

@@ -41,6 +41,12 @@ extension DropboxFilesystem {
         var failures = 0
         var resetting = false
         var lastSaved = now()
+        // The next turn lists the mounted folder afresh, replacing what the tree holds.
+        func forgetCursor() {
+            state.withLock { $0.feed.cursor = nil; $0.feed.catchingUp = false }
+            store?.clear()
+            resetting = true
+        }
         while !stopped.load(ordering: .relaxed) {
             do throws(DropboxError) {
                 let (cursor, catchingUp) = state.withLock { ($0.feed.cursor, $0.feed.catchingUp) }
@@ -84,23 +90,20 @@ extension DropboxFilesystem {
                     // Not live until the new listing is done: the tree may miss changes until then,
                     // so the TTL rules apply, and `status` does not say "live" for minutes.
                     setFeed(live: false)
-                    state.withLock { $0.feed.cursor = nil; $0.feed.catchingUp = false }
-                    store?.clear()
-                    resetting = true
+                    forgetCursor()
                     continue
                 }
-                if error.isRoute("path") {
+                if error.isRoute("path", "not_found") || error.isRoute("path", "not_folder") {
                     // `continue` (or the listing) cannot find the mounted folder: it was deleted,
-                    // moved, or replaced by a file. Its contents are gone from Dropbox, so the
-                    // mount shows it empty, not its old tree for good; and the cursor is dropped,
-                    // so the folder is listed afresh (with backoff, below) until it is back.
+                    // moved, or replaced by a file. (A subfolder's listing answers these itself, in
+                    // `listAndApply`.) Its contents are gone from Dropbox, so the mount shows it
+                    // empty, not its old tree for good; and the cursor is dropped, so the folder is
+                    // listed afresh (with backoff, below) until it is back.
                     if failures == 0 {
                         logger.warning("the mounted folder is gone from Dropbox; showing it empty until it is back",
                                        metadata: ["error": "\(error)"])
                     }
-                    state.withLock { $0.feed.cursor = nil; $0.feed.catchingUp = false }
-                    store?.clear()
-                    resetting = true
+                    forgetCursor()
                     emptyMountedFolder()
                 }
                 failures += 1
@@ -446,9 +449,9 @@ extension DropboxFilesystem {
     /// Removes everything below the mounted folder, telling the kernel to forget it.
     private func emptyMountedFolder() {
         let invalidations = state.withLock { state -> [KernelInvalidation] in
-            guard !state.tree.children(of: .root).isEmpty else { return [] }
+            guard state.tree.hasChildren(.root) else { return [] }
             var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
-            update.replaceChildren(of: .root, with: [], in: &state.tree, listedAt: now(), notify: true)
+            update.emptyMountedFolder(in: &state.tree, listedAt: now(), notify: true)
             state.feed.unsaved = true
             return update.invalidations
         }
