@@ -80,7 +80,8 @@ let package = Package(
         // errno table and the kernel-notification seam. Nothing about the process around a mount.
         .target(
             name: "FUSEAdapter",
-            dependencies: ["CShims", "DropboxFS"]
+            // DropboxClient only for `CallCancellation`: an interrupted request abandons its calls.
+            dependencies: ["CShims", "DropboxFS", "DropboxClient"]
         ),
         // The process around a mount: session start and teardown, daemonizing, signals, systemd
         // notify, the kernel's read-ahead knob in sysfs, malloc tuning, the stats line.

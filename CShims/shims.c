@@ -14,12 +14,12 @@ struct fuse_session *dbx_fuse_session_new(struct fuse_args *args,
     return fuse_session_new(args, ops, sizeof(*ops), userdata);
 }
 
-int dbx_fuse_session_loop_mt(struct fuse_session *se, int clone_fd, unsigned max_threads) {
+int dbx_fuse_session_loop_mt(struct fuse_session *se, int clone_fd, unsigned max_threads, unsigned max_idle_threads) {
     struct fuse_loop_config *config = fuse_loop_cfg_create();
     if (config == NULL) return -ENOMEM;
     fuse_loop_cfg_set_clone_fd(config, (unsigned)clone_fd);
     fuse_loop_cfg_set_max_threads(config, max_threads);
-    fuse_loop_cfg_set_idle_threads(config, max_threads / 2);
+    fuse_loop_cfg_set_idle_threads(config, max_idle_threads);
     int result = fuse_session_loop_mt(se, config);
     fuse_loop_cfg_destroy(config);
     return result;

@@ -30,7 +30,7 @@ struct fuse_session *_Nullable dbx_fuse_session_new(struct fuse_args *args,
 long dbx_socket_peer_uid(int fd);
 
 // fuse_session_loop_mt is a version-selecting macro, and its config is an opaque builder.
-int dbx_fuse_session_loop_mt(struct fuse_session *se, int clone_fd, unsigned max_threads);
+int dbx_fuse_session_loop_mt(struct fuse_session *se, int clone_fd, unsigned max_threads, unsigned max_idle_threads);
 
 // fuse_file_info's flags are bitfields; these set them without relying on Swift's bitfield import.
 void dbx_fi_set_keep_cache(struct fuse_file_info *fi, int on);

@@ -24,7 +24,9 @@
 //
 // Stopping. `stop()` ends every transfer in flight within about a second (curl's progress
 // callback, which curl calls at least once a second even on a silent connection, aborts it) and
-// refuses new ones, so a mount told to stop never waits out a call's timeout on a dead link.
+// refuses new ones, so a mount told to stop never waits out a call's timeout on a dead link. The
+// same callback ends a transfer whose caller cancelled it (`CallCancellation`, in force on the
+// thread that sends it): a reader killed, a file closed.
 
 import CShims
 import DropboxClient
@@ -39,7 +41,7 @@ public final class CurlTransport: HTTPTransport {
     public let maxIdleHandles: Int
 
     private let pool = Mutex(HandlePool())
-    private let stopping = StopFlag()
+    private let stopping = CallCancellation()
     private let newConnections = Atomic<Int>(0)
     private let handlesCreated = Atomic<Int>(0)
 
@@ -62,7 +64,9 @@ public final class CurlTransport: HTTPTransport {
 
     /// Aborts every transfer in flight and fails every later one with `.stopped`. For a process
     /// that is shutting down; there is no restart.
-    public func stop() { stopping.set() }
+    public func stop() { stopping.cancel() }
+
+    public var stopSignal: CallCancellation? { stopping }
 
     public func send(_ request: HTTPRequest) throws(HTTPTransportError) -> HTTPResponse {
         try send(request, receiver: nil)
@@ -73,7 +77,7 @@ public final class CurlTransport: HTTPTransport {
     }
 
     private func send(_ request: HTTPRequest, receiver: HTTPBodyReceiver?) throws(HTTPTransportError) -> HTTPResponse {
-        guard !stopping.isSet else { throw .stopped }
+        guard !stopping.isCancelled, !CallCancellation.isCurrentCallCancelled else { throw .stopped }
         guard let easy = checkOut() else {
             throw .failed(code: Int(CURLE_FAILED_INIT.rawValue), message: "curl_easy_init failed")
         }
@@ -110,7 +114,8 @@ public final class CurlTransport: HTTPTransport {
     private func perform(_ request: HTTPRequest, on easy: borrowing CurlEasy,
                          receiver: HTTPBodyReceiver?) -> Result<HTTPResponse, HTTPTransportError> {
         let h = easy.handle
-        let sink = TransferSink(limit: max(0, request.maxResponseBytes), receiver: receiver, stopping: stopping)
+        let sink = TransferSink(limit: max(0, request.maxResponseBytes), receiver: receiver, stopping: stopping,
+                                cancellation: CallCancellation.inForce)
         var headerList = CurlHeaderList()
         do throws(HTTPTransportError) {
             try configure(h, easy: easy, request: request, headers: &headerList, sink: sink)
@@ -124,7 +129,7 @@ public final class CurlTransport: HTTPTransport {
         if connects > 0 { newConnections.add(connects, ordering: .relaxed) }
 
         guard code == CURLE_OK else {
-            if code == CURLE_ABORTED_BY_CALLBACK && stopping.isSet {
+            if code == CURLE_ABORTED_BY_CALLBACK && sink.isCancelled {
                 return .failure(.stopped)
             }
             if sink.receiverAborted {
@@ -341,18 +346,21 @@ final class TransferSink {
     /// Most header bytes accepted in one response (curl itself bounds single lines only).
     static let headerLimit = 256 << 10
 
-    /// The transport's stop, which the progress callback checks.
-    let stopping: StopFlag
+    /// The transport's stop and the caller's cancellations, which the progress callback checks.
+    let stopping: CallCancellation
+    let cancellation: CallCancellation.Scope?
+    var isCancelled: Bool { stopping.isCancelled || cancellation?.isCancelled == true }
 
     private(set) var headers: [String: String] = [:]
     private(set) var body: [UInt8] = []
     private(set) var exceededLimit = false
     private(set) var headerBytes = 0
 
-    init(limit: Int, receiver: HTTPBodyReceiver? = nil, stopping: StopFlag) {
+    init(limit: Int, receiver: HTTPBodyReceiver? = nil, stopping: CallCancellation, cancellation: CallCancellation.Scope?) {
         self.limit = limit
         self.receiver = receiver
         self.stopping = stopping
+        self.cancellation = cancellation
     }
 
     /// Returns false to abort the transfer.
@@ -433,13 +441,6 @@ enum CurlCallbacks {
     /// `CURLOPT_XFERINFOFUNCTION`: non-zero aborts the transfer (CURLE_ABORTED_BY_CALLBACK).
     static let progress: dbx_curl_progress_cb = { userdata, _, _, _, _ in
         guard let userdata else { return 0 }
-        return Unmanaged<TransferSink>.fromOpaque(userdata).takeUnretainedValue().stopping.isSet ? 1 : 0
+        return Unmanaged<TransferSink>.fromOpaque(userdata).takeUnretainedValue().isCancelled ? 1 : 0
     }
-}
-
-/// Set once, when the transport stops; read by every transfer's progress callback.
-final class StopFlag: Sendable {
-    private let value = Atomic<Bool>(false)
-    var isSet: Bool { value.load(ordering: .relaxed) }
-    func set() { value.store(true, ordering: .relaxed) }
 }

@@ -19,7 +19,8 @@ public enum DropboxError: Error, Sendable, Equatable {
     case transport(code: Int, message: String)
     /// The server answered 2xx with a body or header we could not decode.
     case malformedResponse(String)
-    /// The call was cancelled because dbx-mount is stopping (SIGTERM, SIGINT); never retried.
+    /// The call was cancelled: dbx-mount is stopping (SIGTERM, SIGINT, an unmount), or the caller
+    /// no longer waits for it (`CallCancellation`: a reader killed, a file closed). Never retried.
     case stopped
 
     /// True for a route error whose tag path starts with `prefix`, e.g. `["path", "not_found"]`.
@@ -41,7 +42,7 @@ extension DropboxError: CustomStringConvertible {
         case .unexpectedStatus(let status, let body): "unexpected HTTP \(status) from Dropbox: \(body.prefix(200))"
         case .transport(_, let message): "cannot reach Dropbox: \(message)"
         case .malformedResponse(let what): "malformed answer from Dropbox: \(what)"
-        case .stopped: "dbx-mount is stopping; the call was cancelled"
+        case .stopped: "the call was cancelled (dbx-mount is stopping, or nobody waits for it any more)"
         }
     }
 }

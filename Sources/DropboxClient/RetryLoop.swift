@@ -10,6 +10,15 @@ extension DropboxHTTPClient {
     func perform(route: String, auth: Bool, accept: Set<Int>, extraDeadline: Double = 0,
                          send: ((HTTPRequest) throws(DropboxError) -> HTTPResponse)? = nil,
                          _ build: (String?) throws(DropboxError) -> HTTPRequest) throws(DropboxError) -> HTTPResponse {
+        // The transport's stop also ends a backoff (`RetryPolicy.threadSleep`) under way.
+        try CallCancellation.obeying(transport.stopSignal) { () throws(DropboxError) -> HTTPResponse in
+            try attempts(route: route, auth: auth, accept: accept, extraDeadline: extraDeadline, send: send, build)
+        }
+    }
+
+    private func attempts(route: String, auth: Bool, accept: Set<Int>, extraDeadline: Double,
+                          send: ((HTTPRequest) throws(DropboxError) -> HTTPResponse)?,
+                          _ build: (String?) throws(DropboxError) -> HTTPRequest) throws(DropboxError) -> HTTPResponse {
         let clock = ContinuousClock()
         let start = clock.now
         let deadline = retryPolicy.callDeadline + extraDeadline
@@ -23,6 +32,8 @@ extension DropboxHTTPClient {
         // The id Dropbox gave the last answer, so a failure can be traced on Dropbox's side.
         var requestID: String?
         while true {
+            // Cancelled (the mount stops, the caller is gone): no attempt after a backoff.
+            if CallCancellation.isCurrentCallCancelled { throw .stopped }
             attempt += 1
             // A 429 seen by any caller holds every caller back until its Retry-After has passed.
             if let until = pausedUntil.withLock({ $0 }), until > clock.now {

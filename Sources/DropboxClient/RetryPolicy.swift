@@ -84,12 +84,18 @@ public struct RetryPolicy: Sendable {
         return wait < remaining ? wait : nil
     }
 
-    /// Sleeps the calling thread (FUSE worker threads are plain threads, not tasks).
+    /// Sleeps the calling thread (FUSE worker threads are plain threads, not tasks), in slices of
+    /// at most a quarter second: a call cancelled meanwhile (`CallCancellation`: the mount stops,
+    /// the reader was killed) wakes within one, not at the end of a long backoff or Retry-After.
     public static let threadSleep: @Sendable (Double) -> Void = { seconds in
-        guard seconds > 0 else { return }
-        let whole = seconds.rounded(.down)
-        var request = timespec(tv_sec: Int(whole), tv_nsec: Int((seconds - whole) * 1_000_000_000))
-        var remaining = timespec()
-        while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+        var left = seconds
+        while left > 0 && !CallCancellation.isCurrentCallCancelled {
+            let slice = min(left, 0.25)
+            left -= slice
+            let whole = slice.rounded(.down)
+            var request = timespec(tv_sec: Int(whole), tv_nsec: Int((slice - whole) * 1_000_000_000))
+            var remaining = timespec()
+            while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+        }
     }
 }

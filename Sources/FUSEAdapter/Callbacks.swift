@@ -76,10 +76,10 @@ public enum Callbacks {
         guard let name = String(validatingCString: name!) else {
             return reply.negativeEntry(timeout: mount.timeouts.negativeEntry)
         }
-        guard reply.allowInterrupt() else { return }
-        switch Result(catching: { () throws(FSError) in
+        guard let outcome = reply.interruptible({ () throws(FSError) in
             try mount.filesystem.lookup(parent: InodeNumber(parent), name: name)
-        }) {
+        }) else { return }
+        switch outcome {
         case .success(let attributes):
             var timeouts = mount.timeouts
             if !mount.filesystem.kernelMayKeepEntry(named: name, found: attributes) { timeouts.entry = 0 }
@@ -107,8 +107,9 @@ public enum Callbacks {
     private static func getattr(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         var reply = Reply(req!, "getattr")
         let mount = context(req!)
-        guard reply.allowInterrupt() else { return }
-        switch Result(catching: { () throws(FSError) in try mount.filesystem.attributes(of: InodeNumber(inode)) }) {
+        guard let outcome = reply.interruptible({ () throws(FSError) in try mount.filesystem.attributes(of: InodeNumber(inode)) })
+        else { return }
+        switch outcome {
         case .success(let attributes): reply.attributes(attributes, timeout: mount.timeouts.attributes)
         case .failure(let error): reply.failure(error)
         }
@@ -121,8 +122,9 @@ public enum Callbacks {
             return reply.failure(.readOnly)
         }
         let mount = context(req!)
-        guard reply.allowInterrupt() else { return }
-        switch Result(catching: { () throws(FSError) in try mount.filesystem.open(InodeNumber(inode)) }) {
+        guard let outcome = reply.interruptible({ () throws(FSError) in try mount.filesystem.open(InodeNumber(inode)) })
+        else { return }
+        switch outcome {
         case .success(let opened):
             mount.hooks.fileOpened()
             info.pointee.fh = opened.handle.rawValue
@@ -139,10 +141,10 @@ public enum Callbacks {
         var reply = Reply(req!, "read")
         let handle = FileHandleID(fi!.pointee.fh)
         let filesystem = context(req!).filesystem
-        guard reply.allowInterrupt() else { return }
-        switch Result(catching: { () throws(FSError) in
+        guard let outcome = reply.interruptible({ () throws(FSError) in
             try filesystem.readBytes(handle, offset: UInt64(offset), size: size)
-        }) {
+        }) else { return }
+        switch outcome {
         case .success(let bytes):
             // Straight from the read engine's buffers: no copy between download and kernel.
             var pending: Reply? = consume reply
@@ -164,8 +166,9 @@ public enum Callbacks {
     private static func opendir(_ req: fuse_req_t?, _ inode: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         var reply = Reply(req!, "opendir")
         let filesystem = context(req!).filesystem   // taken now: the request is freed by the reply
-        guard reply.allowInterrupt() else { return }
-        switch Result(catching: { () throws(FSError) in try filesystem.openDirectory(InodeNumber(inode)) }) {
+        guard let outcome = reply.interruptible({ () throws(FSError) in try filesystem.openDirectory(InodeNumber(inode)) })
+        else { return }
+        switch outcome {
         case .success(let handle):
             fi!.pointee.fh = handle.rawValue
             // Every change to a folder the kernel may have listed reaches it as an invalidation
@@ -246,8 +249,8 @@ public enum Callbacks {
     private static func statfs(_ req: fuse_req_t?, _ inode: fuse_ino_t) {
         var reply = Reply(req!, "statfs")
         let filesystem = context(req!).filesystem
-        guard reply.allowInterrupt() else { return }
-        switch Result(catching: { () throws(FSError) in try filesystem.statistics() }) {
+        guard let outcome = reply.interruptible({ () throws(FSError) in try filesystem.statistics() }) else { return }
+        switch outcome {
         case .success(let stats): reply.statistics(stats)
         case .failure(let error): reply.failure(error)
         }

@@ -8,6 +8,9 @@ public protocol MountHooks: Sendable {
     func mountInitialized()
     /// A file was opened (tuning that only takes once the kernel has sent INIT's reply).
     func fileOpened()
+    /// The kernel ended the connection (`fusermount3 -u`, `umount`): nothing waits for the
+    /// answers to requests in progress any more.
+    func kernelConnectionEnded()
 }
 
 /// Sees every FUSE request once answered: the operation (libfuse's name for it), how long it took,
@@ -20,7 +23,7 @@ public protocol FUSEOperationObserver: Sendable {
 /// two mounts in one process share nothing by accident.
 public final class FUSEContext: Sendable {
     public let filesystem: DropboxFilesystem
-    let hooks: any MountHooks
+    public let hooks: any MountHooks
     /// Every file is opened with `direct_io` (`--direct-io`): reads bypass the page cache.
     let directIO: Bool
     /// Times each answered request (`--metrics-addr`); nil times nothing.

@@ -1,5 +1,6 @@
 import CShims
 import Dispatch
+import DropboxClient
 import DropboxFS
 import Synchronization
 
@@ -13,6 +14,8 @@ import Synchronization
 /// A request that may wait on Dropbox can be interrupted (`allowInterrupt`): when the caller gets a
 /// signal (Ctrl-C, SIGKILL) the kernel sends FUSE_INTERRUPT and waits for the answer, so the
 /// interrupt is answered EINTR at once and the worker's own answer, when it comes, is dropped.
+/// The interrupt also cancels the Dropbox calls the worker makes under `calls`, so the worker
+/// and its connection are free within a second rather than at the call's deadline.
 struct Reply: ~Copyable {
     private let request: fuse_req_t
     private let operation: StaticString
@@ -49,6 +52,15 @@ struct Reply: ~Copyable {
         return gate.takeUnretainedValue().state.load(ordering: .acquiring) == InterruptGate.open
     }
 
+    /// Runs `work`, which may wait on Dropbox, with the request interruptible (`allowInterrupt`)
+    /// and the Dropbox calls it makes cancelled by the interrupt. Nil if the request was
+    /// interrupted already: it is answered, and the work is not needed.
+    mutating func interruptible<T>(_ work: () throws(FSError) -> T) -> Result<T, FSError>? {
+        guard allowInterrupt() else { return nil }
+        let calls = gate.map { Unmanaged<InterruptGate>.fromOpaque($0).takeUnretainedValue().calls }
+        return Result { () throws(FSError) in try CallCancellation.obeying(calls, work) }
+    }
+
     /// libfuse calls this when the kernel interrupts the request, from the thread reading
     /// /dev/fuse or, for a request interrupted before `allowInterrupt`, from inside
     /// `fuse_req_interrupt_func`. The EINTR goes out from another thread: answering here would
@@ -58,6 +70,7 @@ struct Reply: ~Copyable {
         let gate = Unmanaged<InterruptGate>.fromOpaque(data).takeUnretainedValue()
         guard gate.state.compareExchange(expected: InterruptGate.open, desired: InterruptGate.interrupted,
                                          ordering: .acquiringAndReleasing).exchanged else { return }
+        gate.calls.cancel()
         let address = UInt(bitPattern: request)
         DispatchQueue.global().async { fuse_reply_err(OpaquePointer(bitPattern: address), EINTR) }
     }
@@ -249,4 +262,6 @@ enum AttributeAnswer: Equatable {
 final class InterruptGate: Sendable {
     static let open = 0, answered = 1, interrupted = 2
     let state = Atomic<Int>(InterruptGate.open)
+    /// Cancelled by the interrupt: the request's Dropbox calls are no longer waited for.
+    let calls = CallCancellation()
 }

@@ -22,6 +22,9 @@ public enum CacheLock {
 
     /// How long a new mount waits for a process that has unmounted and is saving its tree.
     static let savingWait: Double = 60
+    /// How long a held lock without that mark is watched for it: `fusermount3 -u` returns before
+    /// the old process has seen the unmount and written it, and a script may mount at once.
+    static let unmountNoticeWait: Double = 1
 
     /// Locks `path` (creating it, and its folder 0700), or throws `Busy` if another process holds
     /// it, and is not a mount that has unmounted and is only saving (waited for, `savingWait` at
@@ -35,11 +38,12 @@ public enum CacheLock {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         // A cache that cannot even hold a lock file is the cache's own problem, reported when used.
         guard fd >= 0 else { return nil }
-        let deadline = Date().addingTimeInterval(savingWait)
+        let started = Date()
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let text = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
             let fields = text?.split(separator: " ") ?? []
-            if fields.last == Self.unmountedMark, Date() < deadline {
+            let waited = Date().timeIntervalSince(started)
+            if waited < (fields.last == Self.unmountedMark ? savingWait : unmountNoticeWait) {
                 usleep(100_000)
                 continue
             }

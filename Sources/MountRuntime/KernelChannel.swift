@@ -13,8 +13,15 @@
 // that does not know a bit ignores it. The INIT reply is recognised without any state: INIT is
 // the first request of a connection, so it carries the first unique id the kernel hands out (2),
 // and its body starts with the protocol's major version, 7. Layouts: docs/ARCHITECTURE.md.
+//
+// The read hook also sees the unmount first: the kernel ends the connection and every read of
+// /dev/fuse fails with ENODEV. libfuse then waits for each worker's request in progress to be
+// answered, and one waiting on a stalled download would hold the process (and the cache lock a
+// new mount needs) until the call's deadline. So the mount is told (`kernelConnectionEnded`),
+// and cancels its Dropbox calls as on SIGTERM.
 
 import CShims
+import FUSEAdapter
 
 #if canImport(Glibc)
 import Glibc
@@ -42,7 +49,15 @@ enum KernelChannel {
     /// the session goes on with its own I/O (only mmap of direct_io files is lost).
     static func install(on session: OpaquePointer) -> Bool {
         var io = fuse_custom_io()
-        io.read = { fd, buffer, length, _ in Glibc.read(fd, buffer, length) }
+        // libfuse hands the hooks the session's userdata: the FUSEContext.
+        io.read = { fd, buffer, length, userdata in
+            let count = Glibc.read(fd, buffer, length)
+            if count < 0, errno == ENODEV, let userdata {
+                Unmanaged<FUSEContext>.fromOpaque(userdata).takeUnretainedValue().hooks.kernelConnectionEnded()
+                errno = ENODEV   // libfuse reads it
+            }
+            return count
+        }
         io.writev = { fd, vectors, count, _ in KernelChannel.writeReply(fd, vectors, count) }
         return fuse_session_custom_io(session, &io, fuse_session_fd(session)) == 0
     }

@@ -40,10 +40,23 @@ public final class Mount: MountHooks {
 
     /// SIGTERM or SIGINT: libfuse ends the session, but waits for every request being answered;
     /// cancelling the calls they wait on ends those at once (EIO) instead of at their deadline.
-    func stopCalls() {
-        logger.notice("stopping: cancelling the Dropbox calls in flight")
+    func stopCalls(reason: String = "stopping") {
+        logger.notice("\(reason): cancelling the Dropbox calls in flight")
         filesystem.stopChangeFeed()
         cancelCalls()
+    }
+
+    /// The cache locks this mount holds (`CacheLock`); set by MountSession.
+    let cacheLocks = Mutex<[Int32]>([])
+    private let connectionEnded = Atomic<Bool>(false)
+
+    /// Unmounted by the kernel (every worker sees it; the first acts): the Dropbox calls in flight
+    /// are cancelled as on SIGTERM, and the cache locks say the mount point is released, so a
+    /// mount of the same caches started now waits for this process's save instead of failing.
+    public func kernelConnectionEnded() {
+        guard !connectionEnded.exchange(true, ordering: .relaxed) else { return }
+        stopCalls(reason: "unmounted")
+        for fd in cacheLocks.withLock({ $0 }) { CacheLock.markUnmounted(fd) }
     }
 
     /// FUSE's `init`: the first moment threads may start (libfuse has forked by now, if it will).

@@ -26,6 +26,7 @@ public final class MountSession {
     public init(mount: Mount, mountpoint: String, mountOptions: [String], directIO: Bool = false, debug: Bool,
                 cacheLocks: [Int32] = []) throws(MountError) {
         self.cacheLocks = cacheLocks
+        mount.cacheLocks.withLock { $0 = cacheLocks }
         ProcessMemory.useFixedMmapThreshold()
         ProcessMemory.limitArenasToCores()
         var arguments = ["dbx-mount", "-o", mountOptions.joined(separator: ",")]
@@ -71,11 +72,20 @@ public final class MountSession {
         SystemdNotify.send("READY=1")
     }
 
-    /// Serves requests on up to `maxThreads` worker threads until unmounted or signalled
-    /// (SIGINT, SIGTERM). Returns true for a clean exit, which includes one by signal:
-    /// libfuse then reports the signal's number, and the unmount that follows is orderly.
-    public func run(maxThreads: UInt32) -> Bool {
-        let result = dbx_fuse_session_loop_mt(session, 0, maxThreads)
+    /// Worker threads libfuse may run, and keep idle. A request that waits on Dropbox holds its
+    /// worker until the call ends (a stalled download: up to `--deadline`), and with every worker
+    /// busy nobody reads /dev/fuse: not even `stat` of a listed file, nor the interrupt that would
+    /// let a killed reader go. So the cap is far above what waits on Dropbox at once in practice;
+    /// workers start only when all others are busy, and memory stays bounded by the read engine
+    /// (`ReadEngine.directReadsAtOnce`), not by this count.
+    static let maxWorkerThreads: UInt32 = 256
+    static let maxIdleWorkerThreads: UInt32 = 16
+
+    /// Serves requests on libfuse's worker threads until unmounted or signalled (SIGINT,
+    /// SIGTERM). Returns true for a clean exit, which includes one by signal: libfuse then
+    /// reports the signal's number, and the unmount that follows is orderly.
+    public func run() -> Bool {
+        let result = dbx_fuse_session_loop_mt(session, 0, Self.maxWorkerThreads, Self.maxIdleWorkerThreads)
         SystemdNotify.send("STOPPING=1")
         return result == 0 || [SIGINT, SIGTERM, SIGHUP].contains(result)
     }

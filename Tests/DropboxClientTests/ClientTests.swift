@@ -247,6 +247,22 @@ struct RetryTests {
         }
     }
 
+    @Test func aCallCancelledDuringItsBackoffMakesNoFurtherAttempt() {
+        let token = CallCancellation()
+        let fake = FakeTransport { _, _ in response(500, "oops") }
+        let client = DropboxHTTPClient(endpoints: DropboxEndpoints(api: "https://api.test", content: "https://content.test",
+                                                                   notify: "https://notify.test"),
+                                       tokens: StaticAccessToken(testToken), transport: fake,
+                                       retryPolicy: RetryPolicy(maxAttempts: 8, sleep: { _ in token.cancel() }))
+        let error = thrown { () throws(DropboxError) in
+            try CallCancellation.obeying(token) { () throws(DropboxError) in
+                try client.latestCursor(path: "", recursive: false)
+            }
+        }
+        #expect(error == .stopped)
+        #expect(fake.requests.count == 1, "the backoff was cut short and nothing sent after it")
+    }
+
     @Test func transportErrorsAreRetried() throws {
         let fake = FakeTransport { _, i throws(HTTPTransportError) in
             if i == 0 { throw .failed(code: 7, message: "connection refused") }

@@ -170,30 +170,60 @@ struct CurlTransportTests {
         #expect(ContinuousClock.now - start < .seconds(2.5))
     }
 
+    /// Sends to `url` (a server that does not answer for 10 s) from another thread under `token`,
+    /// runs `giveUp` once the request waits, and returns how the send ended: nil if it did not
+    /// end within 8 s.
+    static func outcomeOfAWaitingSend(on transport: CurlTransport, to url: String, obeying token: CallCancellation?,
+                                      giveUp: () -> Void) -> HTTPTransportError?? {
+        let outcome = Mutex<HTTPTransportError??>(nil)
+        Thread.detachNewThread {
+            let error = thrown { () throws(HTTPTransportError) in
+                try CallCancellation.obeying(token) { () throws(HTTPTransportError) in
+                    try transport.send(HTTPRequest(method: .get, url: url, timeout: 30))
+                }
+            }
+            outcome.withLock { $0 = .some(error) }
+        }
+        Thread.sleep(forTimeInterval: 0.3)   // the request is waiting for the silent server
+        giveUp()
+        _ = eventually(within: 8) { outcome.withLock { $0 } != nil }   // not the server's 10 s
+        return outcome.withLock { $0 }
+    }
+
     @Test func stopEndsATransferInFlightAndRefusesNewOnes() throws {
         let server = try RawHTTPServer { _, _ in .init(bytes: RawHTTPServer.http(200, []), delay: 10) }
         defer { server.stop() }
         let stopping = CurlTransport(caBundlePath: nil)
-        let outcome = Mutex<HTTPTransportError?>(nil)
-        let finished = DispatchSemaphore(value: 0)
         let url = server.baseURL
         let start = ContinuousClock.now
-        Thread.detachNewThread {
-            let error = thrown { () throws(HTTPTransportError) in
-                try stopping.send(HTTPRequest(method: .get, url: url, timeout: 30))
-            }
-            outcome.withLock { $0 = error }
-            finished.signal()
-        }
-        Thread.sleep(forTimeInterval: 0.3)   // the request is waiting for the silent server
-        stopping.stop()
-        #expect(finished.wait(timeout: .now() + 8) == .success)   // not the server's 10 s
-        #expect(outcome.withLock { $0 } == .stopped)
+        #expect(Self.outcomeOfAWaitingSend(on: stopping, to: url, obeying: nil) { stopping.stop() } == .stopped)
         #expect(ContinuousClock.now - start < .seconds(8))
         let later = thrown { () throws(HTTPTransportError) in try stopping.send(HTTPRequest(method: .get, url: url)) }
         #expect(later == .stopped)
         #expect(DropboxError(HTTPTransportError.stopped) == .stopped)
         #expect(RetryPolicy.standard.delay(after: .stopped, attempt: 1, remaining: 100) == nil)
+    }
+
+    @Test func aCancelledCallEndsInFlightAndLeavesTheTransportServingOthers() throws {
+        let silent = try RawHTTPServer { _, _ in .init(bytes: RawHTTPServer.http(200, []), delay: 10) }
+        defer { silent.stop() }
+        let answering = try RawHTTPServer { _, _ in .init(bytes: RawHTTPServer.http(200, Array("ok".utf8))) }
+        defer { answering.stop() }
+        let token = CallCancellation()
+        #expect(Self.outcomeOfAWaitingSend(on: transport, to: silent.baseURL, obeying: token) { token.cancel() } == .stopped)
+        // Only the calls under the token: this thread's, and the transport, go on.
+        #expect(try transport.send(HTTPRequest(method: .get, url: answering.baseURL)).body == Array("ok".utf8))
+    }
+
+    @Test func aBackoffEndsWhenItsCallIsCancelled() {
+        let token = CallCancellation()
+        let start = ContinuousClock.now
+        CallCancellation.obeying(token) {
+            DispatchQueue.global().asyncAfter(deadline: .now() + 0.2) { token.cancel() }
+            RetryPolicy.threadSleep(20)
+        }
+        #expect(ContinuousClock.now - start < .seconds(10), "woke within a slice of the cancel, not after 20 s")
+        #expect(!CallCancellation.isCurrentCallCancelled, "the token is no longer in force")
     }
 
     @Test func refusedConnectionIsATransportError() throws {

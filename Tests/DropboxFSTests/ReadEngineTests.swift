@@ -232,6 +232,73 @@ struct ReadEngineTests {
         fs.release(handle)
     }
 
+    @Test func aClosedFilesStalledReadAheadDownloadsEndAtOnce() throws {
+        // Read-ahead stalls mid-body (no byte arrives, so no chunk could be refused). Closing the
+        // file cancels its parts, and their downloads with them: the fetch threads and their
+        // connections are free at once, not at the call's deadline.
+        let content = Self.content(64 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        let stalled = Atomic<Int>(0)
+        let cancelled = Atomic<Int>(0)
+        dropbox.setChunkGate { range, sent in
+            guard range.lowerBound >= 2 << 20, sent == 0 else { return }   // what is read arrives
+            stalled.add(1, ordering: .relaxed)
+            let giveUp = Date().addingTimeInterval(30)
+            while !CallCancellation.isCurrentCallCancelled && Date() < giveUp { usleep(5_000) }
+            if CallCancellation.isCurrentCallCancelled { cancelled.add(1, ordering: .relaxed) }
+        }
+        let fs = makeFS()
+        let handle = try open(fs, "big.bin")
+        // Two reads in a row make a stream, which reads ahead.
+        #expect(try fs.read(handle, offset: 0, size: Self.MiB) == Array(content[0..<Self.MiB]))
+        #expect(try fs.read(handle, offset: UInt64(Self.MiB), size: Self.MiB) == Array(content[Self.MiB..<(2 * Self.MiB)]))
+        #expect(eventually(within: 20) { stalled.load(ordering: .relaxed) > 0 }, "read-ahead was asked for")
+        fs.release(handle)
+        #expect(eventually(within: 10) { cancelled.load(ordering: .relaxed) == stalled.load(ordering: .relaxed) },
+                "\(cancelled.load(ordering: .relaxed)) of \(stalled.load(ordering: .relaxed)) stalled downloads cancelled")
+    }
+
+    @Test func readsFetchedOnTheirOwnDownloadAtMostSixteenAtOnce() throws {
+        // Their memory is outside read-ahead and was bounded by libfuse's 16 worker threads; the
+        // mount now runs many more (a stalled download must not hold up the mount), so the engine
+        // bounds them itself.
+        let content = Self.content(64 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        let inFlight = Atomic<Int>(0)
+        let most = Atomic<Int>(0)
+        let released = Atomic<Bool>(false)
+        dropbox.setChunkGate { _, sent in
+            guard sent == 0 else { return }
+            let now = inFlight.add(1, ordering: .relaxed).newValue
+            _ = most.max(now, ordering: .relaxed)
+            let giveUp = Date().addingTimeInterval(30)
+            while !released.load(ordering: .relaxed) && Date() < giveUp { usleep(5_000) }
+            inFlight.subtract(1, ordering: .relaxed)
+        }
+        let fs = makeFS(ReadAheadOptions(memoryBudget: 0))   // every read is fetched on its own
+        let handle = try open(fs, "big.bin")
+        let readers = 24
+        let done = DispatchGroup()
+        let wrong = Atomic<Int>(0)
+        for i in 0..<readers {
+            done.enter()
+            Thread.detachNewThread {
+                let offset = i * 2 * Self.MiB + 4096
+                let bytes = try? fs.read(handle, offset: UInt64(offset), size: 4096)
+                if bytes != Array(content[offset..<(offset + 4096)]) { wrong.add(1, ordering: .relaxed) }
+                done.leave()
+            }
+        }
+        #expect(eventually(within: 20) { inFlight.load(ordering: .relaxed) == ReadEngine.directReadsAtOnce })
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(inFlight.load(ordering: .relaxed) == ReadEngine.directReadsAtOnce, "the others wait for a slot")
+        released.store(true, ordering: .relaxed)
+        #expect(done.wait(timeout: .now() + 30) == .success)
+        #expect(wrong.load(ordering: .relaxed) == 0)
+        #expect(most.load(ordering: .relaxed) == ReadEngine.directReadsAtOnce)
+        fs.release(handle)
+    }
+
     @Test func concurrentOutOfOrderReadsOfOneHandleStayInTheStream() throws {
         let content = Self.content(24 * Self.MiB)
         dropbox.addFile("/big.bin", content)

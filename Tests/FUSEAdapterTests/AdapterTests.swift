@@ -66,6 +66,7 @@ struct AdapterTests {
         final class NoHooks: MountHooks {
             func mountInitialized() {}
             func fileOpened() {}
+            func kernelConnectionEnded() {}
         }
         let filesystem = DropboxFilesystem(api: FakeDropbox(), options: FilesystemOptions(metadataTTL: .seconds(60)),
                                            folderModified: 0)

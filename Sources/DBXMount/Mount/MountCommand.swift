@@ -135,6 +135,17 @@ struct MountCommand: ParsableCommand {
             let hint = code == ENOTCONN ? " (a mount whose dbx-mount was killed is still there: run fusermount3 -u \(mountpoint))" : ""
             fail("cannot access mount point \(mountpoint): \(String(cString: strerror(code)))\(hint)", code: 1)
         }
+        if let resolved = realpath(mountpoint, nil) {
+            defer { free(resolved) }
+            if MountTable.fileSystemType(mountedAt: String(cString: resolved)) == "fuse.dbx-mount" {
+                // statfs always reaches the daemon (stat may not): ENOTCONN means it is gone.
+                var fs = statvfs()
+                let dead = statvfs(mountpoint, &fs) != 0 && errno == ENOTCONN
+                fail(dead ? "a mount whose dbx-mount was killed is still at \(mountpoint): run fusermount3 -u \(mountpoint) first"
+                          : "\(mountpoint) is a dbx-mount mount point already: unmount it first (fusermount3 -u \(mountpoint))",
+                     code: 1)
+            }
+        }
         let isDirectory = info.st_mode & S_IFMT == S_IFDIR
         // A shared link to a file mounts on a file; everything else on a folder (checked below,
         // once Dropbox has said what the link is).
@@ -379,7 +390,7 @@ struct MountCommand: ParsableCommand {
         }
         session.daemonize(foreground: foreground)
         for fd in locks { CacheLock.recordOwner(fd) }   // the daemon's pid, for the next mount's message
-        return session.run(maxThreads: 16) ? 0 : 1
+        return session.run() ? 0 : 1
     }
 
     /// The freedesktop thumbnail cache of the user the files are shown to: the mounting user's, or,

@@ -49,7 +49,8 @@ public enum HTTPTransportError: Error, Sendable, Equatable {
     case invalidRequest(String)
     /// The body's receiver stopped the transfer (`HTTPBodyDisposition.abort`, or `receive` false).
     case aborted
-    /// The transport was stopped (the process is shutting down): no call completes any more.
+    /// The transport was stopped (the process is shutting down), or the call was cancelled
+    /// (`CallCancellation`: its caller no longer waits for it).
     case stopped
 }
 
@@ -60,6 +61,9 @@ public protocol HTTPTransport: Sendable {
     /// Performs the request, handing the body to `receiver` as it arrives when it asks for that
     /// (see `HTTPBodyReceiver`). The default buffers, then hands the body over in one piece.
     func send(_ request: HTTPRequest, streamingTo receiver: HTTPBodyReceiver) throws(HTTPTransportError) -> HTTPResponse
+    /// Cancelled when the transport stops, so that a caller's backoff between attempts ends then
+    /// too; nil for a transport that never stops.
+    var stopSignal: CallCancellation? { get }
 }
 
 // MARK: - Streaming bodies (issue 6)
@@ -85,6 +89,8 @@ public protocol HTTPBodyReceiver: AnyObject {
 }
 
 extension HTTPTransport {
+    public var stopSignal: CallCancellation? { nil }
+
     /// Performs `request`, streaming the body to `receiver` when it asks for that. A transport that
     /// cannot stream buffers the body and hands it over in one piece, which is correct, only slower.
     public func send(_ request: HTTPRequest, streamingTo receiver: HTTPBodyReceiver) throws(HTTPTransportError) -> HTTPResponse {

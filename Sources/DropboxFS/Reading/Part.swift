@@ -35,6 +35,9 @@ final class Part: @unchecked Sendable {
     /// waking a reader for each (which finds too few bytes and sleeps again) cost more CPU than
     /// the copy.
     private var wanted = Int.max
+    /// Cancelled with the part: its download, stalled or not, ends within a second (the transport
+    /// checks it), so a closed file does not keep a connection and a fetch thread until the deadline.
+    let downloads = CallCancellation()
 
     /// A part outside the budget (a one-off read): its own buffer, freed with it.
     init(range: Range<UInt64>) {
@@ -132,7 +135,10 @@ final class Part: @unchecked Sendable {
 
     func finish() { settle(.done) }
     func fail(_ error: FSError) { settle(.failed(error)) }
-    func cancel() { settle(.cancelled) }
+    func cancel() {
+        settle(.cancelled)
+        downloads.cancel()
+    }
 
     private func settle(_ outcome: Status) {
         condition.withLock {

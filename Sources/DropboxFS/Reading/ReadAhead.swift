@@ -27,9 +27,8 @@
 // needs goes before read-ahead. A reader waiting for bytes is woken once they are there, not at
 // every chunk (`Part`). A FUSE read blocks only until the bytes it asked for have arrived,
 // then hands the buffers themselves to the adapter (`FileBytes`), which replies without a copy.
-// Reads that fit nowhere in the budget (or are random) download on the FUSE thread itself, which
-// bounds them by the number of FUSE threads (16 of at most 1 MiB each). They are kept inside the
-// one budget too: read-ahead gets the budget less `directReadReserve`, so that four streams at
+// Reads that fit nowhere in the budget (or are random) download on the FUSE thread itself, at
+// most `directReadsAtOnce` (16) at once of at most 1 MiB each. They are kept inside the one budget too: read-ahead gets the budget less `directReadReserve`, so that four streams at
 // full tilt plus the reads fetched beside them stay within `--readahead-memory`.
 //
 // Versions. A stream belongs to one handle and so to one rev. Before each download attempt the
@@ -168,7 +167,7 @@ final class ReadEngine: Sendable {
     /// Reads are fetched in whole pages.
     static let page: UInt64 = 4096
     /// The part of the memory budget left to reads fetched on their own: an eighth, at most
-    /// 16 MiB (16 FUSE threads with a 1 MiB read each).
+    /// 16 MiB (`directReadsAtOnce` with a 1 MiB read each).
     static func directReadReserve(of budget: UInt64) -> UInt64 {
         min(budget / 8, 16 << 20)
     }
@@ -186,6 +185,12 @@ final class ReadEngine: Sendable {
     private let directReads = Mutex((reads: 0, bytes: UInt64(0)))
 
     var directReadCounts: (reads: Int, bytes: UInt64) { directReads.withLock { $0 } }
+
+    /// Reads fetched on their own that may download at once, each into up to 1 MiB of its own:
+    /// with `directReadReserve`, this keeps them inside the one budget however many FUSE requests
+    /// run (their threads are not a bound: a stalled download must not hold up the mount).
+    static let directReadsAtOnce = 16
+    private let directReadSlots = DispatchSemaphore(value: ReadEngine.directReadsAtOnce)
 
     /// True while Dropbox cannot be reached: what the block cache cannot serve fails at once.
     let linkDown: @Sendable () -> Bool
@@ -286,8 +291,13 @@ final class ReadEngine: Sendable {
             let last = min(file.size, (end + Self.page - 1) / Self.page * Self.page)
             let part = Part(range: first..<last)
             directReads.withLock { $0.reads += 1; $0.bytes += last - first }
+            // Waited for in slices, so that a reader killed meanwhile is not held here.
+            while directReadSlots.wait(timeout: .now() + .milliseconds(250)) == .timedOut {
+                if CallCancellation.isCurrentCallCancelled { throw .upstream(.stopped) }
+            }
             _ = part.claim()
             fetch(part, of: stream)
+            directReadSlots.signal()
             guard try part.wait(forPrefix: Int(end - first)) == .ready else {
                 throw .upstream(.malformedResponse("rev \(file.rev): bytes \(first)-\(end) did not arrive"))
             }
@@ -545,11 +555,13 @@ final class ReadEngine: Sendable {
             do throws(DropboxError) {
                 let sent = ContinuousClock.now
                 var firstByte: ContinuousClock.Instant?
-                let got = try api.download(path: file.path, range: start..<end) { chunk in
-                    if firstByte == nil { firstByte = .now }
-                    guard part.append(chunk) else { return false }
-                    if stream.countArrived(chunk.count) { refill(stream) }
-                    return true
+                let got = try CallCancellation.obeying(part.downloads) { () throws(DropboxError) -> UInt64 in
+                    try api.download(path: file.path, range: start..<end) { chunk in
+                        if firstByte == nil { firstByte = .now }
+                        guard part.append(chunk) else { return false }
+                        if stream.countArrived(chunk.count) { refill(stream) }
+                        return true
+                    }
                 }
                 if let firstByte, start + got == end {
                     let finished = ContinuousClock.now
