@@ -177,6 +177,37 @@ struct DropboxFSTests {
         #expect(results.withLock { $0.allSatisfy { (try? $0.get()) == 1 } })
     }
 
+    @Test func aSharedListingIsNotCancelledWithTheRequestThatStartedIt() throws {
+        // Every caller's calls obey its own cancellation (an interrupted FUSE request's); the
+        // listing the first one started is everyone's, so its caller giving up must not fail it.
+        let release = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        let cancelledInside = Atomic<Bool>(true)
+        let gated = FakeDropbox(pageSize: 100, listingGate: {
+            entered.signal()
+            release.wait()
+            cancelledInside.store(CallCancellation.isCurrentCallCancelled, ordering: .relaxed)
+        })
+        gated.addFile("/f", [1])
+        let fs = DropboxFilesystem(api: gated, options: FilesystemOptions(), folderModified: 0, now: clock.now)
+        let leader = CallCancellation()
+        let found = Mutex<Result<UInt64, FSError>?>(nil)
+        let group = DispatchGroup()
+        DispatchQueue.global().async(group: group) {
+            let r = Result { () throws(FSError) -> UInt64 in
+                try CallCancellation.obeying(leader) { () throws(FSError) in try fs.lookup(parent: .root, name: "f").size }
+            }
+            found.withLock { $0 = r }
+        }
+        entered.wait()
+        leader.cancel()   // the leader's caller is interrupted while the listing runs
+        release.signal()
+        group.wait()
+        let ranCancelled = cancelledInside.load(ordering: .relaxed)
+        #expect(!ranCancelled, "the listing ran under the leader's cancellation")
+        #expect((try? found.withLock { $0 }?.get()) == 1)
+    }
+
     @Test func readsAreRangedAndStopAtEndOfFile() throws {
         let content = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 * 7) }
         dropbox.addFile("/data.bin", content)

@@ -7,7 +7,8 @@
 //
 // Scopes nest: a read engine's part fetched by a FUSE request's own thread obeys both the part's
 // token (the file was closed) and the request's (the caller was interrupted). The transport's own
-// stop is the outermost one: the retry loop obeys it for the whole call.
+// stop is the outermost one: the retry loop obeys it for the whole call. Work that several callers
+// wait for (a folder listing) runs with no caller's token (`shared`).
 
 #if canImport(Glibc)
 import Glibc
@@ -33,6 +34,15 @@ public final class CallCancellation: Sendable {
         Scope.current = scope
         defer { Scope.current = outer }
         return try withExtendedLifetime(scope) { () throws(E) -> T in try body() }
+    }
+
+    /// Runs `body`, work that other callers share (one listing several lookups wait for), with no
+    /// token of this thread's caller in force: one caller giving up must not fail the others.
+    public static func shared<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        let outer = Scope.current
+        Scope.current = nil
+        defer { Scope.current = outer }
+        return try body()
     }
 
     /// The tokens in force on this thread now, to be checked later from the same call (nil: none).

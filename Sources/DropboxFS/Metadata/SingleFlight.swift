@@ -1,3 +1,4 @@
+import DropboxClient
 import Foundation
 import Synchronization
 
@@ -21,7 +22,8 @@ final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         }
         if isLeader {
             let result: Result<Value, FSError>
-            do { result = .success(try fetch()) } catch { result = .failure(error) }
+            // Shared: an interrupt of the leader's request must not cancel what the others wait for.
+            do { result = .success(try CallCancellation.shared(fetch)) } catch { result = .failure(error) }
             inFlight.withLock { _ = $0.removeValue(forKey: key) }
             call.condition.lock()
             call.result = result
