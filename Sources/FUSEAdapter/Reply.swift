@@ -14,7 +14,7 @@ import Synchronization
 /// A request that may wait on Dropbox can be interrupted (`allowInterrupt`): when the caller gets a
 /// signal (Ctrl-C, SIGKILL) the kernel sends FUSE_INTERRUPT and waits for the answer, so the
 /// interrupt is answered EINTR at once and the worker's own answer, when it comes, is dropped.
-/// The interrupt also cancels the Dropbox calls the worker makes under `calls`, so the worker
+/// The interrupt also cancels the Dropbox calls the worker makes in `interruptible`, so the worker
 /// and its connection are free within a second rather than at the call's deadline.
 struct Reply: ~Copyable {
     private let request: fuse_req_t
@@ -45,7 +45,7 @@ struct Reply: ~Copyable {
     /// (libfuse's `fuse_req_interrupt_func`). Call it after taking everything the callback needs
     /// from the request: from here on an interrupt may answer, and free, the request at any time.
     /// False if the request was interrupted already: it is answered, and the work is not needed.
-    mutating func allowInterrupt() -> Bool {
+    private mutating func allowInterrupt() -> Bool {
         let gate = Unmanaged.passRetained(InterruptGate())
         self.gate = gate.toOpaque()
         fuse_req_interrupt_func(request, Reply.interrupted, gate.toOpaque())
