@@ -141,6 +141,30 @@ struct PinTests {
         #expect(throws: PinError.noBlockCache) { try plain.pin("/Pinned") }
     }
 
+    @Test func aPinThatCannotBeSavedIsNotMadeAndSaysWhy() throws {
+        // The next mount pins what pins.json lists: a pin it cannot record would be dropped then
+        // without a word. (A folder in the file's place: root writes anywhere, so modes cannot
+        // make a write fail here.)
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let fs = makeFS(tree(), directory: directory)
+        fs.startChangeFeed()
+        defer { fs.stopChangeFeed() }
+        #expect(eventually { fs.isFeedLive })
+        _ = try fs.pin("/Other")
+        try FileManager.default.removeItem(atPath: directory + "/pins.json")
+        try FileManager.default.createDirectory(atPath: directory + "/pins.json/in-the-way", withIntermediateDirectories: true)
+        do {
+            _ = try fs.pin("/Pinned")
+            Issue.record("a pin that cannot be saved was made")
+        } catch {
+            guard case .cannotSave(let file, _) = error else { Issue.record("\(error)"); return }
+            #expect(file == directory + "/pins.json")
+        }
+        #expect(throws: PinError.self) { try fs.unpin("/Other") }
+        #expect(fs.pinStatus.map(\.path) == ["/Other"], "both lists left as they were")
+    }
+
     @Test func pinsThatDoNotFitAreNeitherFetchedNorProtectedAndSaySo() throws {
         // Pinned at mount time (or by an earlier mount with a larger cache), nothing checked the
         // room: the cache grew past its size with blocks it could never evict.
@@ -174,10 +198,16 @@ struct PinTests {
         fs.startChangeFeed()
         defer { fs.stopChangeFeed() }
         #expect(eventually { fs.isFeedLive })
+        // The pin is saved (pins.json is in the same folder), and its pass held at its first
+        // download until the folder is broken.
+        let broken = DispatchSemaphore(value: 0)
+        let held = Atomic<Bool>(true)
+        dropbox.setChunkGate { _, _ in if held.exchange(false, ordering: .relaxed) { _ = broken.wait(timeout: .now() + 10) } }
+        _ = try fs.pin("/Many")
         // Where blocks go is now a file: every write fails (ENOTDIR), as on a full disk.
         try? FileManager.default.removeItem(atPath: directory)
         #expect(FileManager.default.createFile(atPath: directory, contents: Data()))
-        _ = try fs.pin("/Many")
+        broken.signal()
         #expect(eventually(within: 10) { fs.pinStatus.first?.problem?.contains("cannot be written") == true }, "\(fs.pinStatus)")
         let downloaded = dropbox.downloadedBytes
         #expect(downloaded < UInt64(12 * Self.MiB), "the pass stopped: \(downloaded) bytes")

@@ -38,6 +38,8 @@ public enum PinError: Error, Equatable, CustomStringConvertible {
     case notAFolder(String)
     case tooLarge(path: String, needs: UInt64, room: UInt64)
     case notPinned(String)
+    /// The list of pins could not be written (it is what the next mount pins again).
+    case cannotSave(file: String, reason: String)
 
     public var description: String {
         switch self {
@@ -48,6 +50,7 @@ public enum PinError: Error, Equatable, CustomStringConvertible {
         case .tooLarge(let path, let needs, let room):
             "\(path) needs \(Self.mebibytes(needs)) MiB in the block cache, which has room for \(Self.mebibytes(room)) MiB; raise --block-cache-size"
         case .notPinned(let path): "\(path) is not pinned"
+        case .cannotSave(let file, let reason): "cannot save the pins in \(file): \(reason)"
         }
     }
 
@@ -122,23 +125,40 @@ final class Pins: @unchecked Sendable {
         condition.withLock { paths.map { progress[$0.lowercased()] ?? PinStatus(path: $0, listed: false, files: 0, bytesTotal: 0, bytesDone: 0) } }
     }
 
-    func add(_ path: String) {
-        condition.withLock {
+    /// Adds `path` and saves the list; a list that cannot be saved is left as it was (a pin the
+    /// next mount would silently drop is not made).
+    func add(_ path: String) throws(PinError) {
+        let before = condition.withLock { () -> [String] in
+            let before = paths
             if !paths.contains(where: { $0.lowercased() == path.lowercased() }) { paths.append(path) }
+            return before
         }
-        save()
+        try saveOrRestore(before)
         wake()
     }
 
-    func remove(_ path: String) -> Bool {
-        let removed = condition.withLock { () -> Bool in
-            let before = paths.count
+    /// Removes `path` and saves the list (left as it was if it cannot be saved); false if it was
+    /// not pinned.
+    func remove(_ path: String) throws(PinError) -> Bool {
+        let before = condition.withLock { () -> [String]? in
+            let before = paths
             paths.removeAll { $0.lowercased() == path.lowercased() }
-            progress[path.lowercased()] = nil
-            return paths.count < before
+            return paths.count < before.count ? before : nil
         }
-        if removed { save(); wake() }
-        return removed
+        guard let before else { return false }
+        try saveOrRestore(before)
+        condition.withLock { progress[path.lowercased()] = nil }
+        wake()
+        return true
+    }
+
+    private func saveOrRestore(_ before: [String]) throws(PinError) {
+        do throws(PinError) {
+            try save()
+        } catch {
+            condition.withLock { paths = before }
+            throw error
+        }
     }
 
     func update(_ status: PinStatus) {
@@ -177,12 +197,18 @@ final class Pins: @unchecked Sendable {
         }
     }
 
-    private func save() {
+    /// Writes the list whole (a new file renamed over the old one: never half a list).
+    private func save() throws(PinError) {
         guard let data = try? JSONSerialization.data(withJSONObject: list) else { return }
         let directory = (file as NSString).deletingLastPathComponent
-        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                 attributes: [.posixPermissions: 0o700])
-        FileManager.default.createFile(atPath: file, contents: data, attributes: [.posixPermissions: 0o600])
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+            try data.write(to: URL(fileURLWithPath: file), options: .atomic)
+            _ = chmod(file, 0o600)
+        } catch {
+            throw .cannotSave(file: file, reason: (error as NSError).localizedDescription)
+        }
     }
 }
 
@@ -213,7 +239,7 @@ extension DropboxFilesystem {
                 let room = cache.capacity > others ? cache.capacity - others : 0
                 guard needs <= room else { throw .tooLarge(path: normalized, needs: needs, room: room) }
             }
-            pins.add(normalized)
+            try pins.add(normalized)
             let status = PinStatus(path: normalized, listed: listed, files: files.count,
                                    bytesTotal: files.reduce(0) { $0 + $1.size },
                                    bytesDone: files.reduce(0) { $0 + cache.cachedBytes(of: $1.file) })
@@ -226,13 +252,13 @@ extension DropboxFilesystem {
     /// the pin waits for its folder to be listed, and says so in `pinStatus`.
     public func keepPinned(_ path: String) throws(PinError) {
         guard let pins else { throw .noBlockCache }
-        pins.add(Self.mountPath(path))
+        try pins.add(Self.mountPath(path))
     }
 
     public func unpin(_ path: String) throws(PinError) {
         guard let pins else { throw .noBlockCache }
         let normalized = Self.mountPath(path)
-        guard pins.remove(normalized) else { throw .notPinned(normalized) }
+        guard try pins.remove(normalized) else { throw .notPinned(normalized) }
     }
 
     /// Lists the folders at and below `path` that are missing or past their TTL, one at a time:
