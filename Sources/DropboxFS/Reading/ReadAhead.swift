@@ -28,7 +28,8 @@
 // every chunk (`Part`). A FUSE read blocks only until the bytes it asked for have arrived,
 // then hands the buffers themselves to the adapter (`FileBytes`), which replies without a copy.
 // Reads that fit nowhere in the budget (or are random) download on the FUSE thread itself, at
-// most `directReadsAtOnce` (16) at once of at most 1 MiB each. They are kept inside the one budget too: read-ahead gets the budget less `directReadReserve`, so that four streams at
+// most `directReadsAtOnce` (16) at once of at most 1 MiB each. They are kept inside the one
+// budget too: read-ahead gets the budget less `directReadReserve`, so that four streams at
 // full tilt plus the reads fetched beside them stay within `--readahead-memory`.
 //
 // Versions. A stream belongs to one handle and so to one rev. Before each download attempt the
