@@ -23,8 +23,9 @@ public enum CacheLock {
     /// How long a new mount waits for a process that has unmounted and is saving its tree.
     static let savingWait: Double = 60
     /// How long a held lock without that mark is watched for it: `fusermount3 -u` returns before
-    /// the old process has seen the unmount and written it, and a script may mount at once.
-    static let unmountNoticeWait: Double = 1
+    /// the old process has seen the unmount and written it (on a loaded machine, a second can
+    /// pass), and a script may mount at once.
+    static let unmountNoticeWait: Double = 2
 
     /// Locks `path` (creating it, and its folder 0700), or throws `Busy` if another process holds
     /// it, and is not a mount that has unmounted and is only saving (waited for, `savingWait` at

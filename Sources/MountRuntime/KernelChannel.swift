@@ -53,7 +53,14 @@ enum KernelChannel {
         io.read = { fd, buffer, length, userdata in
             let count = Glibc.read(fd, buffer, length)
             if count < 0, errno == ENODEV, let userdata {
+                // libfuse reads with cancellation enabled, and cancels every worker as soon as
+                // one of them has seen the end: a cancel landing in the mount's work (a log line's
+                // write is a cancellation point) would unwind Swift frames holding locks, and
+                // the teardown would wait on them for good. So none lands until the work is done.
+                var previous: Int32 = 0
+                pthread_setcancelstate(Int32(PTHREAD_CANCEL_DISABLE), &previous)
                 Unmanaged<FUSEContext>.fromOpaque(userdata).takeUnretainedValue().hooks.kernelConnectionEnded()
+                pthread_setcancelstate(previous, nil)
                 errno = ENODEV   // libfuse reads it
             }
             return count
