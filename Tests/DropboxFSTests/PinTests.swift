@@ -198,16 +198,18 @@ struct PinTests {
         fs.startChangeFeed()
         defer { fs.stopChangeFeed() }
         #expect(eventually { fs.isFeedLive })
-        // The pin is saved (pins.json is in the same folder), and its pass held at its first
-        // download until the folder is broken.
-        let broken = DispatchSemaphore(value: 0)
-        let held = Atomic<Bool>(true)
-        dropbox.setChunkGate { _, _ in if held.exchange(false, ordering: .relaxed) { _ = broken.wait(timeout: .now() + 10) } }
+        // The pin is saved (pins.json is in the same folder), and every download of its pass held
+        // until the folder is broken, so no block is written (nor the folder made again) before.
+        let broken = Atomic<Bool>(false)
+        dropbox.setChunkGate { _, _ in
+            let giveUp = Date().addingTimeInterval(10)
+            while !broken.load(ordering: .relaxed) && Date() < giveUp { usleep(2_000) }
+        }
         _ = try fs.pin("/Many")
         // Where blocks go is now a file: every write fails (ENOTDIR), as on a full disk.
         try? FileManager.default.removeItem(atPath: directory)
         #expect(FileManager.default.createFile(atPath: directory, contents: Data()))
-        broken.signal()
+        broken.store(true, ordering: .relaxed)
         #expect(eventually(within: 10) { fs.pinStatus.first?.problem?.contains("cannot be written") == true }, "\(fs.pinStatus)")
         let downloaded = dropbox.downloadedBytes
         #expect(downloaded < UInt64(12 * Self.MiB), "the pass stopped: \(downloaded) bytes")
