@@ -56,6 +56,11 @@ public final class Mount: MountHooks {
     public func kernelConnectionEnded() {
         guard !connectionEnded.exchange(true, ordering: .relaxed) else { return }
         stopCalls(reason: "unmounted")
+        markCacheLocksUnmounted()
+    }
+
+    /// Says in the cache locks that the mount point is released and this process only saves now.
+    func markCacheLocksUnmounted() {
         for fd in cacheLocks.withLock({ $0 }) { CacheLock.markUnmounted(fd) }
     }
 

@@ -17,15 +17,12 @@ public final class MountSession {
     private let mount: Mount
     private let context: Unmanaged<FUSEContext>
     private var mounted = false
-    /// The cache locks held for this mount (`CacheLock`), marked once the mount point is released.
-    private let cacheLocks: [Int32]
 
     /// Creates the session and mounts it at `mountpoint`. `mountOptions` are the `-o` options
     /// libfuse understands (already checked by the caller); `directIO` opens files past the page
     /// cache; `debug` makes libfuse trace every request.
     public init(mount: Mount, mountpoint: String, mountOptions: [String], directIO: Bool = false, debug: Bool,
                 cacheLocks: [Int32] = []) throws(MountError) {
-        self.cacheLocks = cacheLocks
         mount.cacheLocks.withLock { $0 = cacheLocks }
         ProcessMemory.useFixedMmapThreshold()
         ProcessMemory.limitArenasToCores()
@@ -101,7 +98,7 @@ public final class MountSession {
         // released every access to it would wait (a large tree takes seconds to save).
         if mounted { fuse_session_unmount(session) }
         // A mount of the same caches started now waits for this save rather than failing.
-        for fd in cacheLocks { CacheLock.markUnmounted(fd) }
+        mount.markCacheLocksUnmounted()
         mount.filesystem.persist()   // the next mount starts from this tree and catches up
         fuse_session_destroy(session)
         context.release()

@@ -138,7 +138,7 @@ struct MountCommand: ParsableCommand {
         if let resolved = realpath(mountpoint, nil) {
             defer { free(resolved) }
             if MountTable.fileSystemType(mountedAt: String(cString: resolved)) == "fuse.dbx-mount" {
-                // statfs always reaches the daemon (stat may not): ENOTCONN means it is gone.
+                // statvfs always reaches the daemon (stat may not): ENOTCONN means it is gone.
                 var fs = statvfs()
                 let dead = statvfs(mountpoint, &fs) != 0 && errno == ENOTCONN
                 fail(dead ? "a mount whose dbx-mount was killed is still at \(mountpoint): run fusermount3 -u \(mountpoint) first"

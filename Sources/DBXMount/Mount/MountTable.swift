@@ -9,11 +9,7 @@ enum MountTable {
     /// such as `fuse.dbx-mount`; nil when nothing is mounted there.
     static func fileSystemType(mountedAt path: String) -> String? {
         guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
-        return fileSystemType(mountedAt: path, in: table)
-    }
-
-    /// The same, from the text of a mountinfo file: later lines are mounted on top of earlier ones.
-    static func fileSystemType(mountedAt path: String, in table: String) -> String? {
+        // Later lines are mounted on top of earlier ones.
         var found: String?
         for line in table.split(separator: "\n") {
             // "36 35 98:0 /root /mnt/point rw,noatime master:1 - fuse.dbx-mount dropbox:/ ro,..."

@@ -128,37 +128,37 @@ final class Pins: @unchecked Sendable {
     /// Adds `path` and saves the list; a list that cannot be saved is left as it was (a pin the
     /// next mount would silently drop is not made).
     func add(_ path: String) throws(PinError) {
-        let before = condition.withLock { () -> [String] in
-            let before = paths
+        try change { paths in
             if !paths.contains(where: { $0.lowercased() == path.lowercased() }) { paths.append(path) }
-            return before
         }
-        try saveOrRestore(before)
         wake()
     }
 
     /// Removes `path` and saves the list (left as it was if it cannot be saved); false if it was
     /// not pinned.
     func remove(_ path: String) throws(PinError) -> Bool {
-        let before = condition.withLock { () -> [String]? in
-            let before = paths
+        var removed = false
+        try change { paths in
+            let before = paths.count
             paths.removeAll { $0.lowercased() == path.lowercased() }
-            return paths.count < before.count ? before : nil
+            removed = paths.count < before
         }
-        guard let before else { return false }
-        try saveOrRestore(before)
+        guard removed else { return false }
         condition.withLock { progress[path.lowercased()] = nil }
         wake()
         return true
     }
 
-    private func saveOrRestore(_ before: [String]) throws(PinError) {
-        do throws(PinError) {
-            try save()
-        } catch {
-            condition.withLock { paths = before }
-            throw error
-        }
+    /// Edits the list and saves it, under the lock, so that changes are saved in the order they
+    /// are made; the list changes only once saved.
+    private func change(_ edit: (inout [String]) -> Void) throws(PinError) {
+        condition.lock()
+        defer { condition.unlock() }
+        var edited = paths
+        edit(&edited)
+        guard edited != paths else { return }
+        try save(edited)
+        paths = edited
     }
 
     func update(_ status: PinStatus) {
@@ -198,7 +198,7 @@ final class Pins: @unchecked Sendable {
     }
 
     /// Writes the list whole (a new file renamed over the old one: never half a list).
-    private func save() throws(PinError) {
+    private func save(_ list: [String]) throws(PinError) {
         guard let data = try? JSONSerialization.data(withJSONObject: list) else { return }
         let directory = (file as NSString).deletingLastPathComponent
         do {
