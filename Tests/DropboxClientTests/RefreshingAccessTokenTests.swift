@@ -311,6 +311,38 @@ struct RefreshingAccessTokenFakeTests {
         #expect(transport.requests.count == asked, "within the cool-down, no new attempt")
     }
 
+    @Test func aRefreshIsNotFailedForItsWaitersWhenTheCallerLeadingItIsInterrupted() throws {
+        // The refresh is led by whichever FUSE request needed a token first. Killing that reader
+        // cancels its calls; the refresh others wait for (and the 5 s cool-down after a failure)
+        // must not end with it: a `cat` killed at the wrong moment failed every request for 5 s.
+        let transport = FakeTransport { _, _ throws(HTTPTransportError) in
+            let until = ContinuousClock.now + .seconds(1)
+            while ContinuousClock.now < until {
+                if CallCancellation.isCurrentCallCancelled { throw .stopped }
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            return response(#"{"access_token":"sl.A","expires_in":14400}"#)
+        }
+        let provider = RefreshingAccessToken(refreshToken: "r", endpoint: endpoint(transport), retryPolicy: .never)
+        let interrupt = CallCancellation()
+        let tokens = Mutex<[Int: Result<String, DropboxError>]>([:])
+        concurrently(3) { i in
+            // 0 leads (and is interrupted at 0.3 s), 1 waits for its refresh, 2 comes after it.
+            if i > 0 { Thread.sleep(forTimeInterval: i == 1 ? 0.15 : 1.5) }
+            if i == 0 {
+                Thread { Thread.sleep(forTimeInterval: 0.3); interrupt.cancel() }.start()
+            }
+            let result = CallCancellation.obeying(i == 0 ? interrupt : nil) {
+                Result { () throws(DropboxError) in try provider.accessToken() }
+            }
+            tokens.withLock { $0[i] = result }
+        }
+        let results = tokens.withLock { $0 }
+        #expect(try results[1]?.get() == "sl.A", "the waiter gets the refresh its leader's caller gave up on")
+        #expect(try results[2]?.get() == "sl.A", "and the next caller is not failed by a cool-down")
+        #expect(transport.requests.count == 1)
+    }
+
     @Test func aRevokedTokensInvalidAccessTokenLeadsToTheRefreshThatSaysSignInAgain() throws {
         // `dbx-mount logout` (or unlinking the app) revokes the access token with the refresh
         // token: Dropbox answers 401 invalid_access_token, and only a refresh learns it is final.

@@ -165,7 +165,10 @@ public final class RefreshingAccessToken: AccessTokenProvider, CustomStringConve
     /// Performs the refresh this thread leads, publishes the outcome and wakes the waiters. Returns
     /// the new token, or nil if the refresh failed transiently while an old token is still valid.
     private func lead() throws(DropboxError) -> String? {
-        let outcome = fetch()
+        // Shared: the caller leading the refresh may be a FUSE request whose reader is killed
+        // meanwhile; its cancellation must not fail the refresh everyone else waits for (nor start
+        // the cool-down). The transport's own stop still ends it.
+        let outcome = CallCancellation.shared { fetch() }
         return try lock.withLock { () throws(DropboxError) -> String? in
             state.refreshing = false
             state.landed += 1
