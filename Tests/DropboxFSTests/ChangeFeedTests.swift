@@ -11,6 +11,14 @@ final class Recorder: Sendable {
     func withLock<T>(_ body: (inout [KernelInvalidation]) -> T) -> T { items.withLock { body(&$0) } }
 }
 
+/// Counts calls from any thread.
+final class CallCount: Sendable {
+    private let calls = Mutex(0)
+    /// Counts one more call; its number, from 1.
+    func next() -> Int { calls.withLock { $0 += 1; return $0 } }
+    var count: Int { calls.withLock { $0 } }
+}
+
 /// The metadata engine (issue 5): one recursive listing, then a change feed applied in place.
 @Suite("Recursive fill and change feed")
 struct ChangeFeedTests {
@@ -241,6 +249,38 @@ struct ChangeFeedTests {
         dropbox.journal([.deleted(DeletedMetadata(name: "Photos", pathLower: "/photos", pathDisplay: "/Photos"))])
         #expect(eventually { (try? names(fs, .root)) == [] })
         #expect(eventually { invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "Album")) })
+    }
+
+    @Test func aFolderListedAgainKeepsAChangeTheFeedAppliedWhileItWasListed() throws {
+        // A listing shows the folder at some moment while it runs. The feed may apply a change
+        // made after that moment before the listing returns; replacing the folder's children
+        // with the listing then brought back a deleted file for good (the feed does not send the
+        // deletion twice). The listing is made again instead.
+        dropbox.addFolder("/F")
+        dropbox.addFile("/F/a.txt", [1])
+        dropbox.addFile("/F/b.txt", [2])
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let folder = try resolve(fs, "F")
+        // What Dropbox answers a listing taken before b.txt is deleted.
+        dropbox.injectListing("/F", try dropbox.listFolder(path: "/F", recursive: false, limit: nil).entries)
+        clock.advance(by: 1)
+        fs.dropCaches()   // SIGHUP: folders are listed again when next used
+        let calls = CallCount()
+        dropbox.setPathGate { [dropbox, invalidations] path, recursive in
+            guard !recursive, path.lowercased() == "/f" else { return }
+            if calls.next() == 1 {
+                // While this listing is on its way back, b.txt is deleted and the feed applies it.
+                dropbox.remove("/F/b.txt")
+                _ = eventually { invalidations.withLock { $0 }.contains(.entry(parent: folder.inode, name: "b.txt")) }
+            } else {
+                dropbox.injectListing("/F", nil)
+            }
+        }
+        #expect(try names(fs, folder.inode) == ["a.txt"])
+        #expect(calls.count == 2, "the listing the feed overtook was made again")
+        #expect(throws: FSError.notFound) { try resolve(fs, "F/b.txt") }
     }
 
     @Test func whileTheFeedIsDownTTLRulesApply() throws {

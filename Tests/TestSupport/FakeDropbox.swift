@@ -195,8 +195,8 @@ public final class FakeDropbox: DropboxAPI {
         }
     }
 
-    /// Makes the listing of `folder` return exactly these entries.
-    public func injectListing(_ folder: String, _ entries: [Metadata]) {
+    /// Makes the listing of `folder` return exactly these entries (nil: what the fake holds again).
+    public func injectListing(_ folder: String, _ entries: [Metadata]?) {
         contents.withLock { $0.rawEntries[folder.lowercased()] = entries }
     }
 

@@ -61,8 +61,6 @@ extension DropboxFilesystem {
                 state.withLock { $0.feed.holdForReader(readerHandle, until: now() + fillWaitLimit) }
                 return
             }
-            let listedAt = now()
-            let entries: [Metadata]
             // While it lists, the first listing waits for it rather than list the folder again,
             // and its subtree listings make way (`readersWaitingForAFolder`).
             let call = (lowerPath: path.lowercased(), recursive: false)
@@ -79,7 +77,10 @@ extension DropboxFilesystem {
                 signalFeedChanged()
             }
             do throws(FSError) {
-                entries = try listWholeFolder(path)
+                try listAndReplaceChildren(of: folder, at: path, notify: !firstTime) { state, listedAt in
+                    let earlier = state.feed.listedByReadersDuringFill?[folder] ?? -.infinity
+                    state.feed.listedByReadersDuringFill?[folder] = max(earlier, listedAt)
+                }
             } catch {
                 // Dropbox unreachable (or answering 5xx/429 past the retries): a folder listed
                 // before keeps its last answer rather than turning into EIO, and is listed again
@@ -88,15 +89,46 @@ extension DropboxFilesystem {
                 logger.debug("serving the cached listing", metadata: ["path": "\(path)"])
                 return
             }
-            let invalidations = state.withLock { state -> [KernelInvalidation] in
+        }
+    }
+
+    /// How many times a folder is listed while the feed keeps changing it during its listing.
+    static let listingAttemptsWhileChanging = 3
+
+    /// Lists `folder` (at `path`) alone and replaces its children with what Dropbox answered,
+    /// unless the feed brought a change in the folder while the listing ran (`noteFeedChanges`):
+    /// the listing may then show the folder from before that change, and would undo it for good.
+    /// Such a listing is thrown away and the folder listed again; the last attempt's is kept, with
+    /// the folder marked to be listed again at its next use. `whenApplied` runs under the same
+    /// lock hold, with when the listing that was kept started.
+    private func listAndReplaceChildren(of folder: Slot, at path: String, notify: Bool,
+                                        whenApplied: (inout State, Double) -> Void = { _, _ in }) throws(FSError) {
+        for attempt in 1...Self.listingAttemptsWhileChanging {
+            let listedAt = now()
+            let watch = state.withLock { $0.feed.watchFolderListing(path.lowercased()) }
+            let entries: [Metadata]
+            do {
+                entries = try listWholeFolder(path)
+            } catch {
+                state.withLock { _ = $0.feed.endFolderListingWatch(watch) }
+                throw error
+            }
+            let last = attempt == Self.listingAttemptsWhileChanging
+            let applied = state.withLock { state -> [KernelInvalidation]? in
+                let overtaken = state.feed.endFolderListingWatch(watch)
+                if overtaken && !last { return nil }
                 guard state.tree.isAlive(folder) else { return [] }
                 var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
-                update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: !firstTime)
-                let earlier = state.feed.listedByReadersDuringFill?[folder] ?? -.infinity
-                state.feed.listedByReadersDuringFill?[folder] = max(earlier, listedAt)
+                update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: notify)
+                if overtaken { state.tree.markMustListAgain(folder) }
+                whenApplied(&state, listedAt)
                 return update.invalidations
             }
-            invalidate(invalidations)
+            if let invalidations = applied {
+                invalidate(invalidations)
+                return
+            }
+            logger.debug("listing the folder again: the change feed changed it while it was listed", metadata: ["path": "\(path)"])
         }
     }
 
@@ -108,16 +140,8 @@ extension DropboxFilesystem {
             guard state.tree.isAlive(folder), state.tree.isDirectory(folder) else { return nil }
             return options.rootPath + state.tree.components(folder).map { "/" + $0 }.joined()
         }) else { return }
-        let listedAt = now()
         do throws(FSError) {
-            let entries = try listWholeFolder(path)
-            let invalidations = state.withLock { state -> [KernelInvalidation] in
-                guard state.tree.isAlive(folder) else { return [] }
-                var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
-                update.replaceChildren(of: folder, with: entries, in: &state.tree, listedAt: listedAt, notify: true)
-                return update.invalidations
-            }
-            invalidate(invalidations)
+            try listAndReplaceChildren(of: folder, at: path, notify: true)
         } catch {
             state.withLock { if $0.tree.isAlive(folder) { $0.tree.markMustListAgain(folder) } }
             invalidate([.inode(folder.inode)])

@@ -398,6 +398,8 @@ extension DropboxFilesystem {
         let pages = ListingPages(api, continuingFrom: cursor)
         defer { pages.stop() }
         while let page = try pages.next() {
+            // Before they land: a folder listing that ends in between is then listed again.
+            state.withLock { $0.feed.noteFeedChanges(page.entries) }
             var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
             applyBatch(page.entries, update: &update, notify: true, newFoldersListedAt: now())
             state.withLock { $0.feed.cursor = page.cursor }

@@ -1,3 +1,5 @@
+import DropboxClient
+
 /// Where the change feed stands. While it is live, a complete folder is trusted without a TTL:
 /// every change reaches the tree through `list_folder/continue`.
 struct FeedStatus {
@@ -38,6 +40,46 @@ struct FeedStatus {
     /// lock while they apply). `find` keeps folders open while it walks below them, so the end
     /// of the reading, not `releasedir`, ends the pause.
     var foldersReadAfterWaiting: [FileHandleID: Double] = [:]
+
+    /// Listings of one folder alone under way outside the first listing (a reader's, or one again
+    /// after it), by an id from `watchFolderListing`: the folder's lower-case path, and whether the
+    /// feed has brought a change in it since the listing started. Such a listing may show the
+    /// folder from before that change, and replacing the folder's children with it would undo the
+    /// change for good, since the feed does not bring it twice.
+    private var folderListingsWatched: [Int: (lowerPath: String, overtaken: Bool)] = [:]
+    private var nextFolderListingID = 0
+
+    /// Starts watching a listing of the folder at `lowerPath`, before its first call goes out.
+    mutating func watchFolderListing(_ lowerPath: String) -> Int {
+        nextFolderListingID += 1
+        folderListingsWatched[nextFolderListingID] = (lowerPath, false)
+        return nextFolderListingID
+    }
+
+    /// Stops watching; whether the feed brought a change in the folder meanwhile.
+    mutating func endFolderListingWatch(_ id: Int) -> Bool {
+        folderListingsWatched.removeValue(forKey: id)?.overtaken ?? false
+    }
+
+    /// The feed is about to apply `entries`: listings under way of a folder they touch are
+    /// overtaken. An entry touches the folder it lies in, every folder above it (a new file deep
+    /// below implies the subfolder the listing may lack), and every folder below it (a deleted
+    /// or moved folder takes them along). An entry without a path touches everything.
+    mutating func noteFeedChanges(_ entries: [Metadata]) {
+        guard !folderListingsWatched.isEmpty else { return }
+        for entry in entries {
+            let path = entry.pathLower ?? entry.pathDisplay?.lowercased()
+            for (id, watch) in folderListingsWatched where !watch.overtaken {
+                if let path, !Self.isWithin(path, watch.lowerPath), !Self.isWithin(watch.lowerPath, path) { continue }
+                folderListingsWatched[id]!.overtaken = true
+            }
+        }
+    }
+
+    /// Whether `path` is `folder` or lies below it ("" is the account's root).
+    private static func isWithin(_ path: String, _ folder: String) -> Bool {
+        path == folder || (path.hasPrefix(folder) && path.utf8.dropFirst(folder.utf8.count).first == UInt8(ascii: "/"))
+    }
 
     /// Subtree listings go on making way for `handle` (if any) while it reads what it waited for.
     mutating func holdForReader(_ handle: FileHandleID?, until deadline: Double) {
