@@ -180,15 +180,8 @@ public final class FreedesktopThumbnailStore: ThumbnailStore {
     /// sees half a thumbnail.
     private func writeEntry(_ bytes: [UInt8], to final: String, folder: String) throws(ThumbnailStoreError) {
         let temporary = folder + "/.dbx-mount-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).png"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw classify(errno, doing: "create \(temporary)") }
-        let ok = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count
-        close(fd)
-        guard ok, rename(temporary, final) == 0 else {
-            let code = errno
-            unlink(temporary)
-            throw classify(code, doing: "write \(final)")
-        }
+        let failure = WholeFileWrite.write(bytes, to: final, through: temporary)
+        guard failure == 0 else { throw classify(failure, doing: "write \(final)") }
     }
 
     /// The keys a valid entry under `uri` carries, in the order they are written.

@@ -9,6 +9,7 @@
 // written 0600 in a 0700 directory, and a file others could read (or a directory others could write,
 // where they could swap the file) is refused rather than used, as ssh refuses a loose key.
 
+import DropboxFS
 import Foundation
 
 struct StoredAccount: Codable, Equatable {
@@ -129,28 +130,10 @@ enum ConfigFile {
         do { data = try encoder.encode(config) + Data("\n".utf8) } catch {
             throw ConfigError("cannot encode the config: \(error)")
         }
-        let temporary = path + ".tmp-\(getpid())"
-        // O_EXCL and O_NOFOLLOW: never write through a file or link someone else placed there.
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw ConfigError("cannot write \(temporary): \(String(cString: strerror(errno)))") }
-        var ok = fchmod(fd, 0o600) == 0
-        ok = ok && data.withUnsafeBytes { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let n = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-                if n < 0 { if errno == EINTR { continue }; return false }
-                offset += n
-            }
-            return true
+        let failure = data.withUnsafeBytes {
+            WholeFileWrite.write($0, to: path, through: path + ".tmp-\(getpid())", synced: true)
         }
-        ok = ok && fsync(fd) == 0
-        let saved = errno
-        close(fd)
-        guard ok, rename(temporary, path) == 0 else {
-            let reason = String(cString: strerror(ok ? errno : saved))
-            unlink(temporary)
-            throw ConfigError("cannot write \(path): \(reason)")
-        }
+        guard failure == 0 else { throw ConfigError("cannot write \(path): \(String(cString: strerror(failure)))") }
     }
 
     /// `mkdir -p`, with 0700 for every directory it creates (the XDG base directories included).

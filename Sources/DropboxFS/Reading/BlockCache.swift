@@ -270,17 +270,8 @@ final class BlockCache: Sendable {
     /// `FileManager` write would make.
     private func writeBlock(_ bytes: UnsafeRawBufferPointer, key: String) -> Bool {
         let temporary = path(".tmp-" + UUID().uuidString)
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { return writeFailed(errno, temporary) }
-        var written = Self.writeFully(descriptor, bytes)
-        var failure = written ? 0 : errno
-        if close(descriptor) != 0 && failure == 0 { failure = errno; written = false }
-        guard written, rename(temporary, path(key)) == 0 else {
-            if failure == 0 { failure = errno }
-            unlink(temporary)
-            return writeFailed(failure, temporary)
-        }
-        return true
+        let failure = WholeFileWrite.write(bytes, to: path(key), through: temporary)
+        return failure == 0 || writeFailed(failure, temporary)
     }
 
     /// The last write that failed since `takeWriteFailure` was asked: a reader's blocks are only
@@ -314,17 +305,6 @@ final class BlockCache: Sendable {
     }
 
     /// Writes all of `bytes` to `descriptor`; false on an error.
-    private static func writeFully(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
-        var done = 0
-        while done < bytes.count {
-            let put = write(descriptor, bytes.baseAddress! + done, bytes.count - done)
-            if put < 0 && errno == EINTR { continue }
-            guard put > 0 else { return false }
-            done += put
-        }
-        return true
-    }
-
     private func forget(_ key: String) {
         withIndex { index in
             if let entry = index.entries.removeValue(forKey: key) { index.total -= entry.size }

@@ -204,11 +204,13 @@ final class Pins: @unchecked Sendable {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
-            try data.write(to: URL(fileURLWithPath: file), options: .atomic)
-            _ = chmod(file, 0o600)
         } catch {
             throw .cannotSave(file: file, reason: (error as NSError).localizedDescription)
         }
+        let failure = data.withUnsafeBytes {
+            WholeFileWrite.write($0, to: file, through: file + ".tmp-\(getpid())", synced: true)
+        }
+        guard failure == 0 else { throw .cannotSave(file: file, reason: String(cString: strerror(failure))) }
     }
 }
 
