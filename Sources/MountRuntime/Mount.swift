@@ -82,7 +82,18 @@ public final class Mount: MountHooks {
         // The sync and pin threads (a shared link, which follows no changes, starts only the pins').
         filesystem.startChangeFeed()
         SignalWatcher(mount: self).start()
+        let reporter = SystemdReporter.start { [self] in
+            MountStatus(of: self, identity: MountIdentity(mountpoint: mountpoint.withLock { $0 } ?? "", account: "",
+                                                          source: "")).summary
+        }
+        systemdReporter.withLock { $0 = reporter }
     }
+
+    /// Reports the mount's status to systemd, when it listens.
+    private let systemdReporter = Mutex<SystemdReporter?>(nil)
+
+    /// The session has ended: the status goes from here on with `STOPPING=1`.
+    func stopSystemdReports() { systemdReporter.withLock { $0 }?.stop() }
 
     /// Raises the kernel's read-ahead for this mount, once. Done at the first open rather than
     /// at `init`: INIT's reply would lower it again if it came after.

@@ -83,7 +83,8 @@ public final class MountSession {
     /// reports the signal's number, and the unmount that follows is orderly.
     public func run() -> Bool {
         let result = dbx_fuse_session_loop_mt(session, 0, Self.maxWorkerThreads, Self.maxIdleWorkerThreads)
-        SystemdNotify.send("STOPPING=1")
+        mount.stopSystemdReports()
+        SystemdNotify.send("STOPPING=1\nSTATUS=unmounted: saving the tree for the next mount")
         return result == 0 || [SIGINT, SIGTERM, SIGHUP].contains(result)
     }
 

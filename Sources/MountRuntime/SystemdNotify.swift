@@ -1,5 +1,7 @@
 import CShims
+import Foundation
 import Glibc
+import Synchronization
 
 /// systemd's readiness protocol (`sd_notify(3)`) without libsystemd: one datagram of
 /// `KEY=VALUE` lines to the unix socket named by `$NOTIFY_SOCKET`. A name starting with `@` is in
@@ -35,5 +37,59 @@ public enum SystemdNotify {
             }
         }
         return sent == message.count
+    }
+}
+
+/// What systemd hears from a mount while it runs, besides readiness: the `STATUS=` line that
+/// `systemctl status` shows (the first listing's progress, the change feed's state), sent when it
+/// changes, and `WATCHDOG=1` when the unit sets `WatchdogSec=`. Both come from the mount's state,
+/// read under its locks: a mount whose core is stuck stops pinging, and systemd restarts it.
+final class SystemdReporter: Sendable {
+    private let stopped = Atomic<Bool>(false)
+
+    /// How often the status is looked at; the watchdog may ask for more often.
+    static let statusPeriod: Duration = .seconds(2)
+
+    /// Starts reporting `status()` if systemd listens (`$NOTIFY_SOCKET`); nil otherwise.
+    static func start(_ status: @escaping @Sendable () -> String) -> SystemdReporter? {
+        guard getenv("NOTIFY_SOCKET") != nil else { return nil }
+        let reporter = SystemdReporter()
+        let watchdog = watchdogInterval()
+        let period = watchdog.map { min($0 / 2, statusPeriod) } ?? statusPeriod
+        let thread = Thread { [reporter] in
+            var last = ""
+            while !reporter.stopped.load(ordering: .relaxed) {
+                let line = status()
+                var message: [String] = []
+                if line != last { message.append("STATUS=\(line)") }
+                if watchdog != nil { message.append("WATCHDOG=1") }
+                if !reporter.stopped.load(ordering: .relaxed), !message.isEmpty, SystemdNotify.send(message.joined(separator: "\n")) {
+                    last = line
+                }
+                reporter.sleep(period)
+            }
+        }
+        thread.name = "systemd-status"
+        thread.start()
+        return reporter
+    }
+
+    /// No more reports (the next `STOPPING=1` and status come from the session's end).
+    func stop() { stopped.store(true, ordering: .relaxed) }
+
+    private func sleep(_ period: Duration) {
+        let end = ContinuousClock.now + period
+        while !stopped.load(ordering: .relaxed), ContinuousClock.now < end {
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+    }
+
+    /// `WatchdogSec=` as systemd passes it (`$WATCHDOG_USEC`, for `$WATCHDOG_PID` if set); nil
+    /// when the unit has no watchdog, or it is another process's.
+    static func watchdogInterval(environment: [String: String] = ProcessInfo.processInfo.environment,
+                                 pid: Int32 = getpid()) -> Duration? {
+        guard let text = environment["WATCHDOG_USEC"], let micros = UInt64(text), micros > 0 else { return nil }
+        if let owner = environment["WATCHDOG_PID"], Int32(owner) != pid { return nil }
+        return .microseconds(Int64(min(micros, UInt64(Int64.max))))
     }
 }

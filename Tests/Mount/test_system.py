@@ -4,6 +4,7 @@ Every mount made here is unmounted, and only processes these tests started are s
 """
 import errno
 import os
+import re
 import shutil
 import signal
 import socket
@@ -136,6 +137,14 @@ def messages(datagram: bytes) -> dict:
     return dict(line.split("=", 1) for line in datagram.decode().splitlines())
 
 
+def message_with(sock, key: str) -> dict:
+    """The next datagram that holds `key` (the mount reports its status in between)."""
+    while True:
+        found = messages(sock.recv(4096))
+        if key in found:
+            return found
+
+
 @pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
 def test_type_notify_readiness_and_stopping(emulator, tmp_path, abstract):
     sock, address = notify_socket(tmp_path, abstract)
@@ -149,7 +158,44 @@ def test_type_notify_readiness_and_stopping(emulator, tmp_path, abstract):
         assert is_mounted(mnt)          # readiness means the mount is in place
         assert "old.txt" in os.listdir(mnt)
         process.send_signal(signal.SIGTERM)
-        assert messages(sock.recv(4096)) == {"STOPPING": "1"}
+        stopping = message_with(sock, "STOPPING")
+        assert stopping == {"STOPPING": "1", "STATUS": "unmounted: saving the tree for the next mount"}
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+        sock.close()
+    assert not is_mounted(mnt)
+
+
+def test_under_type_notify_the_status_line_and_the_watchdog(emulator, tmp_path):
+    """`systemctl status` shows the STATUS= line: how the tree stands and what the mount holds.
+    With WatchdogSec= (WATCHDOG_USEC) the mount pings at least twice per interval; a mount whose
+    core is stuck would stop, and systemd would restart it."""
+    sock, address = notify_socket(tmp_path)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    process = subprocess.Popen([str(DBX_MOUNT), "-f", str(mnt)],
+                               env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address, WATCHDOG_USEC="2000000"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert messages(sock.recv(4096)) == {"READY": "1"}
+        below = sum(1 for _ in emulator.root.rglob("*"))
+        status, pings = "", []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (status.startswith("live") and len(pings) >= 4):
+            found = messages(sock.recv(4096))
+            status = found.get("STATUS", status)
+            if found.get("WATCHDOG") == "1":
+                pings.append(time.monotonic())
+        shown = re.fullmatch(r"live: following changes; (\d+) entries, 0 open files", status)
+        assert shown and int(shown.group(1)) in (below, below + 1), (status, below)   # the root counted or not
+        gaps = [b - a for a, b in zip(pings, pings[1:])]
+        assert len(pings) >= 4 and max(gaps) < 1.5, gaps
+        process.send_signal(signal.SIGTERM)
+        assert message_with(sock, "STOPPING")["STATUS"].startswith("unmounted")
         assert process.wait(timeout=20) == 0
     finally:
         if process.poll() is None:

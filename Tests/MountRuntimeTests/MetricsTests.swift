@@ -2,7 +2,7 @@
 // fake, its calls metered, what the exposition and the status object say after some traffic.
 
 import DropboxClient
-import DropboxFS
+@testable import DropboxFS
 import Foundation
 @testable import MountRuntime
 import TestSupport
@@ -62,5 +62,38 @@ struct MetricsTests {
         #expect(decoded.mountpoint == status.mountpoint && decoded.dropbox == status.dropbox && decoded.cache == status.cache)
         let json = status.json()
         #expect(json.contains(#""rate_limited":1"#) && json.contains(#""bytes_downloaded":10000"#), "\(json)")
+    }
+
+    @Test func systemdsStatusLineSaysHowTheTreeStandsInOneLine() throws {
+        let (mount, _) = try makeMount(metrics: nil)
+        var status = MountStatus(of: mount, identity: MountIdentity(mountpoint: "/m", account: "", source: "/"))
+        #expect(status.summary.hasPrefix("shared link: folders are listed again after --ttl; "))
+        status.changeFeed = .init(state: "starting")
+        status.firstListing = .init(done: false, entries: 12_345, folders: 230, listingsDone: 9, listingsStarted: 20,
+                                    seconds: 3, fraction: 0.45)
+        status.cache.entries = 12_345
+        status.reads.openFiles = 2
+        #expect(status.summary == "listing Dropbox: 45% (12345 entries, 230 folders); 12345 entries, 2 open files")
+        status.firstListing?.done = true
+        status.changeFeed.state = "live"
+        #expect(status.summary == "live: following changes; 12345 entries, 2 open files")
+        status.changeFeed = .init(state: "down", error: "cannot connect\nto api.dropboxapi.com")
+        #expect(status.summary == "change feed down: cannot connect to api.dropboxapi.com; retrying; 12345 entries, 2 open files",
+                "one line, whatever the error says")
+        status.changeFeed = .init(state: "offline")
+        status.pins = [PinStatus(path: "/A", listed: true, files: 1, bytesTotal: 5, bytesDone: 5),
+                       PinStatus(path: "/B", listed: true, files: 1, bytesTotal: 5, bytesDone: 1)].map(MountStatus.Pin.init)
+        #expect(status.summary.hasPrefix("offline: "))
+        #expect(status.summary.hasSuffix("; 1 of 2 pinned folders complete"))
+    }
+
+    @Test func theWatchdogIsTheUnitsOnlyForThisProcess() {
+        #expect(SystemdReporter.watchdogInterval(environment: [:], pid: 7) == nil)
+        #expect(SystemdReporter.watchdogInterval(environment: ["WATCHDOG_USEC": "30000000"], pid: 7) == .seconds(30))
+        #expect(SystemdReporter.watchdogInterval(environment: ["WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "7"], pid: 7) == .seconds(30))
+        #expect(SystemdReporter.watchdogInterval(environment: ["WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "8"], pid: 7) == nil,
+                "set for the process that started this one")
+        #expect(SystemdReporter.watchdogInterval(environment: ["WATCHDOG_USEC": "0"], pid: 7) == nil)
+        #expect(SystemdReporter.watchdogInterval(environment: ["WATCHDOG_USEC": "soon"], pid: 7) == nil)
     }
 }

@@ -169,6 +169,31 @@ extension MountStatus {
     }
 }
 
+extension MountStatus {
+    /// One line for systemd's `STATUS=` (`systemctl status` shows it): how the tree stands, then
+    /// what the mount holds and serves.
+    public var summary: String {
+        let listing = firstListing.flatMap { $0.done ? nil : $0 }
+        var line = switch changeFeed.state {
+        case "live": "live: following changes"
+        case "catching up": "catching up with the changes since the last mount"
+        case "offline": "offline: Dropbox cannot be reached; serving the saved tree and the block cache"
+        case "down": "change feed down" + (changeFeed.error.map { ": \($0)" } ?? "") + "; retrying"
+        case "none": "shared link: folders are listed again after --ttl"
+        default: "starting"
+        }
+        if let listing {
+            line = "listing Dropbox: \(Int(listing.fraction * 100))% (\(listing.entries) entries, \(listing.folders) folders)"
+        }
+        line += "; \(cache.entries) entries, \(reads.openFiles) open files"
+        if let pins, !pins.isEmpty {
+            line += "; \(pins.count { $0.complete }) of \(pins.count) pinned folders complete"
+        }
+        // One line: an error text from Dropbox must not end the datagram's STATUS field.
+        return String(line.map { $0.isNewline ? " " : $0 })
+    }
+}
+
 /// What a mount is, as the command line set it up: for `status`.
 public struct MountIdentity: Sendable {
     public var mountpoint: String
