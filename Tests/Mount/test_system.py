@@ -2,6 +2,7 @@
 
 Every mount made here is unmounted, and only processes these tests started are signalled.
 """
+import contextlib
 import errno
 import os
 import re
@@ -145,22 +146,19 @@ def message_with(sock, key: str) -> dict:
             return found
 
 
-@pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
-def test_type_notify_readiness_and_stopping(emulator, tmp_path, abstract):
+@contextlib.contextmanager
+def under_systemd(emulator, tmp_path: Path, *args: str, abstract: bool = False, **env):
+    """dbx-mount started as a Type=notify unit would start it (`$NOTIFY_SOCKET` set): the process,
+    the socket it reports to, and the mount point. Killed and unmounted whatever happens."""
     sock, address = notify_socket(tmp_path, abstract)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)   # as systemd does, to learn the sender
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    process = subprocess.Popen([str(DBX_MOUNT), "-f", str(mnt)], env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address),
+    process = subprocess.Popen([str(DBX_MOUNT), *args, str(mnt)],
+                               env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address, **env),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        ready = messages(sock.recv(4096))
-        assert ready == {"READY": "1"}
-        assert is_mounted(mnt)          # readiness means the mount is in place
-        assert "old.txt" in os.listdir(mnt)
-        process.send_signal(signal.SIGTERM)
-        stopping = message_with(sock, "STOPPING")
-        assert stopping == {"STOPPING": "1", "STATUS": "unmounted: saving the tree for the next mount"}
-        assert process.wait(timeout=20) == 0
+        yield process, sock, mnt
     finally:
         if process.poll() is None:
             process.kill()
@@ -170,17 +168,23 @@ def test_type_notify_readiness_and_stopping(emulator, tmp_path, abstract):
     assert not is_mounted(mnt)
 
 
+@pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
+def test_type_notify_readiness_and_stopping(emulator, tmp_path, abstract):
+    with under_systemd(emulator, tmp_path, "-f", abstract=abstract) as (process, sock, mnt):
+        assert messages(sock.recv(4096)) == {"READY": "1"}
+        assert is_mounted(mnt)          # readiness means the mount is in place
+        assert "old.txt" in os.listdir(mnt)
+        process.send_signal(signal.SIGTERM)
+        stopping = message_with(sock, "STOPPING")
+        assert stopping == {"STOPPING": "1", "STATUS": "unmounted: saving the tree for the next mount"}
+        assert process.wait(timeout=20) == 0
+
+
 def test_under_type_notify_the_status_line_and_the_watchdog(emulator, tmp_path):
     """`systemctl status` shows the STATUS= line: how the tree stands and what the mount holds.
     With WatchdogSec= (WATCHDOG_USEC) the mount pings at least twice per interval; a mount whose
     core is stuck would stop, and systemd would restart it."""
-    sock, address = notify_socket(tmp_path)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    process = subprocess.Popen([str(DBX_MOUNT), "-f", str(mnt)],
-                               env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address, WATCHDOG_USEC="2000000"),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+    with under_systemd(emulator, tmp_path, "-f", WATCHDOG_USEC="2000000") as (process, sock, mnt):
         assert messages(sock.recv(4096)) == {"READY": "1"}
         below = sum(1 for _ in emulator.root.rglob("*"))
         status, pings = "", []
@@ -197,25 +201,12 @@ def test_under_type_notify_the_status_line_and_the_watchdog(emulator, tmp_path):
         process.send_signal(signal.SIGTERM)
         assert message_with(sock, "STOPPING")["STATUS"].startswith("unmounted")
         assert process.wait(timeout=20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
-        sock.close()
-    assert not is_mounted(mnt)
 
 
 def test_under_type_notify_the_started_process_serves_and_says_ready_even_without_f(emulator, tmp_path):
     """systemd takes READY=1 only from the main process (NotifyAccess=main), which a daemon's fork
     would have ended: with $NOTIFY_SOCKET set, dbx-mount stays the process it was started as."""
-    sock, address = notify_socket(tmp_path)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)   # as systemd does, to learn the sender
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    process = subprocess.Popen([str(DBX_MOUNT), str(mnt)], env=mount_env(emulator, tmp_path, NOTIFY_SOCKET=address),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+    with under_systemd(emulator, tmp_path) as (process, sock, mnt):
         data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
         assert messages(data) == {"READY": "1"}
         [(level, kind, credentials)] = ancillary
@@ -226,13 +217,6 @@ def test_under_type_notify_the_started_process_serves_and_says_ready_even_withou
         assert is_mounted(mnt) and "old.txt" in os.listdir(mnt)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
-        sock.close()
-    assert not is_mounted(mnt)
 
 
 def read_log_until(mount, needle: str, timeout: float = 10) -> str:
