@@ -37,6 +37,11 @@ public enum WholeFileWrite {
         return failure
     }
 
+    /// A suffix that makes a temporary name beside a file: the process id and a random number, so
+    /// that a temporary file left by a crash is never in the way of a later write (a process
+    /// started at boot often has the same id every time).
+    public static var temporarySuffix: String { ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))" }
+
     /// The same for bytes in an array.
     public static func write(_ bytes: [UInt8], to path: String, through temporary: String, mode: mode_t = 0o600,
                              synced: Bool = false) -> Int32 {

@@ -45,7 +45,8 @@ public enum SystemdNotify {
 /// changes, and `WATCHDOG=1` when the unit sets `WatchdogSec=`. Both come from the mount's state,
 /// read under its locks: a mount whose core is stuck stops pinging, and systemd restarts it.
 final class SystemdReporter: Sendable {
-    private let stopped = Atomic<Bool>(false)
+    /// Held while a report goes out, so that none goes out once `stop` has returned.
+    private let stopped = Mutex<Bool>(false)
 
     /// How often the status is looked at; the watchdog may ask for more often.
     static let statusPeriod: Duration = .seconds(2)
@@ -58,14 +59,15 @@ final class SystemdReporter: Sendable {
         let period = watchdog.map { min($0 / 2, statusPeriod) } ?? statusPeriod
         let thread = Thread { [reporter] in
             var last = ""
-            while !reporter.stopped.load(ordering: .relaxed) {
+            while !reporter.isStopped {
                 let line = status()
                 var message: [String] = []
                 if line != last { message.append("STATUS=\(line)") }
                 if watchdog != nil { message.append("WATCHDOG=1") }
-                if !reporter.stopped.load(ordering: .relaxed), !message.isEmpty, SystemdNotify.send(message.joined(separator: "\n")) {
-                    last = line
+                let sent = reporter.stopped.withLock { stopped in
+                    !stopped && !message.isEmpty && SystemdNotify.send(message.joined(separator: "\n"))
                 }
+                if sent { last = line }
                 reporter.sleep(period)
             }
         }
@@ -74,12 +76,14 @@ final class SystemdReporter: Sendable {
         return reporter
     }
 
-    /// No more reports (the next `STOPPING=1` and status come from the session's end).
-    func stop() { stopped.store(true, ordering: .relaxed) }
+    /// No more reports from here on (the next `STOPPING=1` and status come from the session's end).
+    func stop() { stopped.withLock { $0 = true } }
+
+    private var isStopped: Bool { stopped.withLock { $0 } }
 
     private func sleep(_ period: Duration) {
         let end = ContinuousClock.now + period
-        while !stopped.load(ordering: .relaxed), ContinuousClock.now < end {
+        while !isStopped, ContinuousClock.now < end {
             Thread.sleep(forTimeInterval: 0.1)
         }
     }

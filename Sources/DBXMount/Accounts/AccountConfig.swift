@@ -131,7 +131,7 @@ enum ConfigFile {
             throw ConfigError("cannot encode the config: \(error)")
         }
         let failure = data.withUnsafeBytes {
-            WholeFileWrite.write($0, to: path, through: path + ".tmp-\(getpid())", synced: true)
+            WholeFileWrite.write($0, to: path, through: path + WholeFileWrite.temporarySuffix, synced: true)
         }
         guard failure == 0 else { throw ConfigError("cannot write \(path): \(String(cString: strerror(failure)))") }
     }

@@ -208,7 +208,7 @@ final class Pins: @unchecked Sendable {
             throw .cannotSave(file: file, reason: (error as NSError).localizedDescription)
         }
         let failure = data.withUnsafeBytes {
-            WholeFileWrite.write($0, to: file, through: file + ".tmp-\(getpid())", synced: true)
+            WholeFileWrite.write($0, to: file, through: file + WholeFileWrite.temporarySuffix, synced: true)
         }
         guard failure == 0 else { throw .cannotSave(file: file, reason: String(cString: strerror(failure))) }
     }
