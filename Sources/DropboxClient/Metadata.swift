@@ -18,14 +18,18 @@ public struct FileMetadata: Sendable, Equatable {
     public var contentHash: String?
     /// For files Dropbox cannot download (`is_downloadable=false`): the format `files/export` gives.
     public var exportAs: String?
+    /// A symbolic link's target (`symlink_info.target`), as the link on the computer that synced
+    /// it held it; nil for a file that is no link.
+    public var symlinkTarget: String?
 
     public init(name: String, id: String, pathLower: String?, pathDisplay: String?,
                 clientModified: UnixSeconds, serverModified: UnixSeconds, rev: String, size: UInt64,
-                isDownloadable: Bool = true, contentHash: String? = nil, exportAs: String? = nil) {
+                isDownloadable: Bool = true, contentHash: String? = nil, exportAs: String? = nil,
+                symlinkTarget: String? = nil) {
         self.name = name; self.id = id; self.pathLower = pathLower; self.pathDisplay = pathDisplay
         self.clientModified = clientModified; self.serverModified = serverModified
         self.rev = rev; self.size = size; self.isDownloadable = isDownloadable
-        self.contentHash = contentHash; self.exportAs = exportAs
+        self.contentHash = contentHash; self.exportAs = exportAs; self.symlinkTarget = symlinkTarget
     }
 }
 

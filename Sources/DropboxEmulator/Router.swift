@@ -323,6 +323,7 @@ final class Router: Sendable {
                 ])))
             }
             if let hash = e.contentHash { pairs.append(("content_hash", .string(hash))) }
+            if let target = e.symlinkTarget { pairs.append(("symlink_info", .object([("target", .string(target))]))) }
         case .folder:
             if tagged { pairs.append((".tag", .string("folder"))) }
             pairs += [("name", .string(e.name)), ("id", .string(e.id))] + paths()

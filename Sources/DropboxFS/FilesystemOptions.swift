@@ -56,6 +56,8 @@ public struct FilesystemOptions: Sendable {
         case (.directory, nil): 0o555
         case (.file, let mask?): 0o666 & ~mask
         case (.directory, let mask?): 0o777 & ~mask
+        // As every link on Linux: the target's own modes decide.
+        case (.symlink, _): 0o777
         }
     }
 }

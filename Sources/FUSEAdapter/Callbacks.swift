@@ -18,6 +18,7 @@ public enum Callbacks {
         ops.forget = { Callbacks.forget($0, $1, $2) }
         ops.forget_multi = { Callbacks.forgetMulti($0, $1, $2) }
         ops.getattr = { Callbacks.getattr($0, $1, $2) }
+        ops.readlink = { Callbacks.readlink($0, $1) }
         ops.open = { Callbacks.open($0, $1, $2) }
         ops.read = { Callbacks.read($0, $1, $2, $3, $4) }
         ops.release = { Callbacks.release($0, $1, $2) }
@@ -111,6 +112,17 @@ public enum Callbacks {
         else { return }
         switch outcome {
         case .success(let attributes): reply.attributes(attributes, timeout: mount.timeouts.attributes)
+        case .failure(let error): reply.failure(error)
+        }
+    }
+
+    private static func readlink(_ req: fuse_req_t?, _ inode: fuse_ino_t) {
+        var reply = Reply(req!, "readlink")
+        let mount = context(req!)
+        guard let outcome = reply.interruptible({ () throws(FSError) in try mount.filesystem.readLink(InodeNumber(inode)) })
+        else { return }
+        switch outcome {
+        case .success(let target): reply.link(target)
         case .failure(let error): reply.failure(error)
         }
     }

@@ -8,6 +8,8 @@ extension FSError {
         case .notFound: ENOENT
         case .notADirectory: ENOTDIR
         case .isADirectory: EISDIR
+        case .symbolicLink: ELOOP
+        case .notASymbolicLink: EINVAL
         case .readOnly: EROFS
         case .accessDenied: EACCES
         case .badHandle: EBADF

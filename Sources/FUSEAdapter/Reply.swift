@@ -150,6 +150,13 @@ struct Reply: ~Copyable {
         discard self
     }
 
+    /// The corresponding C function is `fuse_reply_readlink`.
+    consuming func link(_ target: String) {
+        if claim() { _ = target.withCString { fuse_reply_readlink(request, $0) } }
+        ended(failed: false)
+        discard self
+    }
+
     /// The corresponding C function is `fuse_reply_open`. False if the kernel did not take the
     /// reply (the request is gone: the connection was aborted, or an older kernel gave up on an
     /// interrupted `open(2)`): it will never release this handle, so the caller must.
@@ -229,7 +236,11 @@ struct KernelCacheTimeouts {
 func stat(_ attributes: NodeAttributes) -> stat {
     var st = CShims.stat()
     st.st_ino = UInt(attributes.inode.rawValue)
-    let typeBits = UInt32(attributes.kind == .directory ? S_IFDIR : S_IFREG)
+    let typeBits = switch attributes.kind {
+    case .directory: UInt32(S_IFDIR)
+    case .file: UInt32(S_IFREG)
+    case .symlink: UInt32(S_IFLNK)
+    }
     st.st_mode = typeBits | attributes.permissions
     st.st_nlink = UInt(attributes.linkCount)
     st.st_uid = attributes.uid

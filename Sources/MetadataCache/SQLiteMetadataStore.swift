@@ -30,7 +30,8 @@ public final class SQLiteMetadataStore: MetadataStore {
     /// Bumped whenever the tables change; a file with another version is discarded.
     /// 2: `is_folder` became a kind (0 file, 1 folder, 2 exported document).
     /// 3: `exported_from`, an export's document name.
-    static let schemaVersion: Int64 = 3
+    /// 4: `symlink_target`, a symbolic link's target.
+    static let schemaVersion: Int64 = 4
 
     /// The database file.
     public let path: String
@@ -78,7 +79,7 @@ public final class SQLiteMetadataStore: MetadataStore {
                 guard try meta.step() else { throw .foreign("the meta table has no row") }
                 guard let cursor = meta.text(0) else { return nil }
                 let rows = try database.prepare(
-                    "SELECT path, is_folder, size, modified, id, rev, content_hash, exported_from FROM entries ORDER BY rowid")
+                    "SELECT path, is_folder, size, modified, id, rev, content_hash, exported_from, symlink_target FROM entries ORDER BY rowid")
                 var entries: [PersistedEntry] = []
                 // Rows are numbered from 1 after each save's DELETE, so the last rowid is the count.
                 let last = try database.prepare("SELECT max(rowid) FROM entries")
@@ -110,7 +111,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             try database.transaction("BEGIN IMMEDIATE") { () throws(SQLiteError) in
                 try database.execute("DELETE FROM entries")
                 let insert = try database.prepare(
-                    "INSERT INTO entries (path, is_folder, size, modified, id, rev, content_hash, exported_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+                    "INSERT INTO entries (path, is_folder, size, modified, id, rev, content_hash, exported_from, symlink_target) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
                 for entry in tree.entries {
                     try insert.bind(1, entry.path)
                     if let file = entry.file {
@@ -122,9 +123,10 @@ public final class SQLiteMetadataStore: MetadataStore {
                         try insert.bind(6, file.rev)
                         try insert.bind(7, file.contentHash)
                         try insert.bind(8, file.exportedFrom)
+                        try insert.bind(9, file.symlinkTarget)
                     } else {
                         try insert.bind(2, 1 as Int64)
-                        for column: Int32 in 3...8 { try insert.bind(column, nil as Int64?) }
+                        for column: Int32 in 3...9 { try insert.bind(column, nil as Int64?) }
                     }
                     _ = try insert.step()
                     insert.reset()
@@ -238,7 +240,8 @@ public final class SQLiteMetadataStore: MetadataStore {
             id TEXT,
             rev TEXT,
             content_hash TEXT,
-            exported_from TEXT    -- an export's document name (Notes.paper shown as Notes.html)
+            exported_from TEXT,   -- an export's document name (Notes.paper shown as Notes.html)
+            symlink_target TEXT   -- a symbolic link's target
         );
         """
 
@@ -250,7 +253,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         else { throw .foreign("a file entry without size, modified time, id or rev") }
         let file = PersistedFile(
             size: UInt64(bitPattern: size), modified: modified, id: id, rev: rev, contentHash: rows.text(6),
-            isExport: isFolder == 2, exportedFrom: rows.text(7))
+            isExport: isFolder == 2, exportedFrom: rows.text(7), symlinkTarget: rows.text(8))
         return PersistedEntry(path: path, file: file)
     }
 

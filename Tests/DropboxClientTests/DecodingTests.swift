@@ -56,6 +56,20 @@ struct DecodingTests {
         #expect(!f.isDownloadable && f.exportAs == "docx" && f.size == 0)
     }
 
+    @Test func aSymbolicLinksTargetIsDecoded() throws {
+        let text = #"""
+        {".tag":"file","name":"current","id":"id:1","path_lower":"/current","client_modified":"2020-01-01T00:00:00Z",
+         "server_modified":"2020-01-01T00:00:00Z","rev":"0123456789","size":9,"symlink_info":{"target":"../v2/app"}}
+        """#
+        guard case .file(let f) = try Decode.metadata(try Decode.json(Array(text.utf8), context: "t")) else {
+            Issue.record("not a file"); return
+        }
+        #expect(f.symlinkTarget == "../v2/app")
+        let plain = #"{".tag":"file","name":"a","id":"id:1","client_modified":"2020-01-01T00:00:00Z","server_modified":"2020-01-01T00:00:00Z","rev":"0123456789","size":0}"#
+        guard case .file(let g) = try Decode.metadata(try Decode.json(Array(plain.utf8), context: "t")) else { return }
+        #expect(g.symlinkTarget == nil)
+    }
+
     @Test func unicodeNamesArriveExactly() throws {
         for name in ["Grüße.txt", "日本語", "😀 emoji", "e\u{301}", "'quote\" -dash", String(repeating: "é", count: 127)] {
             let json = JSONWriter.encode(.object([".tag": .string("folder"), "name": .string(name), "id": .string("id:1")]),

@@ -121,12 +121,31 @@ func isRev(_ s: String) -> Bool { s.wholeMatch(of: /[0-9a-f]{9,}/) != nil }
         }
     }
 
-    @Test func skipsSymlinksAndSpecialFiles() throws {
-        try withFixture(files: ["real.txt": "x"]) { f in
+    @Test func servesLinksAsLinksNeverFollowedAndSkipsSpecialFiles() throws {
+        try withFixture(files: ["real.txt": "x", "Dir/inner.txt": "y"]) { f in
             symlink("real.txt", f.dir + "/link.txt")
+            symlink("Dir", f.dir + "/dirlink")
+            symlink("/nowhere/at/all", f.dir + "/dangling")
             mkfifo(f.dir + "/fifo", 0o644)
-            let names = (f.rpc("files/list_folder", #"{"path":""}"#).json["entries"] as! [[String: Any]]).map { $0["name"] as! String }
-            #expect(names == ["real.txt"])
+            let entries = f.rpc("files/list_folder", #"{"path":""}"#).json["entries"] as! [[String: Any]]
+            #expect(entries.map { $0["name"] as! String } == ["dangling", "Dir", "dirlink", "link.txt", "real.txt"])
+            func link(_ name: String) -> [String: Any]? { entries.first { $0["name"] as? String == name } }
+            // A file entry with `symlink_info`, its size the target's length, as the link holds it.
+            #expect(link("link.txt")?[".tag"] as? String == "file")
+            #expect((link("link.txt")?["symlink_info"] as? [String: Any])?["target"] as? String == "real.txt")
+            #expect(link("link.txt")?["size"] as? Int == 8)
+            #expect((link("dirlink")?["symlink_info"] as? [String: Any])?["target"] as? String == "Dir", "a link to a folder is not followed")
+            #expect((link("dangling")?["symlink_info"] as? [String: Any])?["target"] as? String == "/nowhere/at/all")
+            #expect(link("real.txt")?["symlink_info"] == nil)
+            let download = f.download(#"{"path":"/link.txt"}"#)
+            #expect(download.status == 409 && download.text.contains("unsupported_file"))
+            // Made a file, it is a new entry (a deleted link and a file) in the change feed.
+            let cursor = f.rpc("files/list_folder/get_latest_cursor", #"{"path":"","recursive":true}"#).json["cursor"] as! String
+            unlink(f.dir + "/link.txt")
+            FileManager.default.createFile(atPath: f.dir + "/link.txt", contents: Data("now a file".utf8))
+            let changes = f.rpc("files/list_folder/continue", #"{"cursor":"\#(cursor)"}"#).json["entries"] as! [[String: Any]]
+            let now = changes.last { $0["name"] as? String == "link.txt" }
+            #expect(now?[".tag"] as? String == "file" && now?["symlink_info"] == nil && now?["size"] as? Int == 10)
         }
     }
 }

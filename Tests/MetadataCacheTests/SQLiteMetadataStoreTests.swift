@@ -40,6 +40,8 @@ struct SQLiteMetadataStoreTests {
         PersistedEntry(path: "/Budget.xlsx", file: PersistedFile(size: 0, modified: 1_650_000_000, id: "id:b", rev: "015f0b",
                                                                  contentHash: nil, isExport: true,
                                                                  exportedFrom: "Budget.gsheet")),
+        PersistedEntry(path: "/current", file: PersistedFile(size: 9, modified: 1_650_000_000, id: "id:l", rev: "015f0c",
+                                                             contentHash: nil, symlinkTarget: "../v2/app")),
     ])
 
     @Test func nothingSavedLoadsNil() throws {

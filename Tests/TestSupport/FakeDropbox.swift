@@ -14,6 +14,8 @@ public final class FakeDropbox: DropboxAPI {
         public var modified: Int64 = 1_700_000_000
         public var downloadable = true
         public var exportAs = "html"
+        /// A symbolic link's target (`symlink_info`): its content, as far as downloads go.
+        public var symlinkTarget: String?
     }
 
     public struct Counters: Equatable {
@@ -173,6 +175,17 @@ public final class FakeDropbox: DropboxAPI {
         }
     }
 
+    /// Adds or replaces a symbolic link to `target`, as Dropbox keeps one a computer synced.
+    public func addSymlink(_ path: String, to target: String) {
+        contents.withLock { c in
+            c.revCounter += 1
+            var item = Item(displayPath: path, isFolder: false, content: Array(target.utf8), rev: String(c.revCounter, radix: 16))
+            item.symlinkTarget = target
+            c.items[path.lowercased()] = item
+            c.journal.append(metadata(item))
+        }
+    }
+
     /// Moves a file, keeping its rev (and so its bytes, by `rev:`), as a deleted entry at the old
     /// path and a file entry at the new one in the journal.
     public func move(_ path: String, to destination: String) {
@@ -210,7 +223,7 @@ public final class FakeDropbox: DropboxAPI {
                                   clientModified: item.modified, serverModified: item.modified, rev: item.rev,
                                   size: UInt64(item.content.count), isDownloadable: item.downloadable,
                                   contentHash: String(repeating: "a", count: 64),
-                                  exportAs: item.downloadable ? nil : item.exportAs))
+                                  exportAs: item.downloadable ? nil : item.exportAs, symlinkTarget: item.symlinkTarget))
     }
 
     private func checkFailure() throws(DropboxError) {

@@ -231,7 +231,8 @@ enum Decode {
                 rev: try f.string("rev"), size: try f.uint64("size"),
                 isDownloadable: try f.bool("is_downloadable", default: true),
                 contentHash: try f.optionalString("content_hash"),
-                exportAs: try f.optionalObject("export_info")?.optionalString("export_as")))
+                exportAs: try f.optionalObject("export_info")?.optionalString("export_as"),
+                symlinkTarget: try f.optionalObject("symlink_info")?.optionalString("target")))
         case "folder":
             return .folder(FolderMetadata(name: name, id: try f.string("id"),
                                           pathLower: pathLower, pathDisplay: pathDisplay))

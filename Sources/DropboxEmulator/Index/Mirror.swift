@@ -23,6 +23,8 @@ final class Node {
     var rev: String = ""
     var serverModified: Int = 0
     var contentHash: String?
+    /// A symbolic link's target (the node is a link, listed with `symlink_info`).
+    var symlinkTarget: String?
     var children: [String: Node] = [:]
     private var sortedKeysCache: [String]?
 
@@ -69,6 +71,7 @@ struct EntrySnapshot: Sendable {
     var serverModified: Int = 0
     var contentHash: String?
     var isDownloadable = true
+    var symlinkTarget: String?
     var inode: UInt64 = 0
     var modifications: UInt64 = 0
 }

@@ -56,6 +56,7 @@ extension FileIndex {
             s.serverModified = node.serverModified
             s.contentHash = node.contentHash
             s.isDownloadable = !node.isPaper
+            s.symlinkTarget = node.symlinkTarget
             s.inode = node.inode
             s.modifications = node.modifications
         }
@@ -170,7 +171,9 @@ extension FileIndex {
             guard entry.kind == .file, entry.contentHash == nil else { return entry }
             var out = entry
             let path = realPath(entry.components)
-            out.contentHash = ContentHash.hex(ofFileAt: path) ?? ContentHash.hex(of: [UInt8]())
+            // A link is never followed: its content is its target.
+            out.contentHash = entry.symlinkTarget.map { ContentHash.hex(of: Array($0.utf8)) }
+                ?? ContentHash.hex(ofFileAt: path) ?? ContentHash.hex(of: [UInt8]())
             let lower = entry.components.map { $0.dropboxLowercased }
             let hash = out.contentHash
             state.withLock { state in

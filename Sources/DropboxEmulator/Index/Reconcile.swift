@@ -89,7 +89,7 @@ extension FileIndex {
         var st = stat()
         let exists = lstat(realPath, &st) == 0
         let kind = st.st_mode & S_IFMT
-        let served = exists && (kind == S_IFREG || kind == S_IFDIR)
+        let served = exists && (kind == S_IFREG || kind == S_IFDIR || kind == S_IFLNK)
         let existing = parent.children[key]
         if let existing, existing.name != name {
             // Another spelling of this name owns the entry (case collision on disk): only its
@@ -105,7 +105,7 @@ extension FileIndex {
             return
         }
         if let existing {
-            if existing.isDirectory != (kind == S_IFDIR) {
+            if existing.isDirectory != (kind == S_IFDIR) || (existing.symlinkTarget != nil) != (kind == S_IFLNK) {
                 remove(existing, state: &state)
                 add(name: name, st: st, parent: parent, realPath: realPath, inotifyFD: inotifyFD, state: &state)
             } else if existing.isDirectory {
@@ -118,7 +118,7 @@ extension FileIndex {
                         || st.st_mtim.tv_sec != existing.mtime.tv_sec || st.st_mtim.tv_nsec != existing.mtime.tv_nsec {
                 if state.byRev[existing.rev] === existing { state.byRev[existing.rev] = nil }
                 existing.modifications += 1
-                fill(existing, from: st)
+                fill(existing, from: st, realPath: realPath)
                 state.byRev[existing.rev] = existing
                 journal(existing, state: &state)
             }
@@ -127,8 +127,9 @@ extension FileIndex {
         }
     }
 
-    static func fill(_ node: Node, from st: stat) {
+    static func fill(_ node: Node, from st: stat, realPath: String) {
         node.inode = UInt64(st.st_ino)
+        node.symlinkTarget = st.st_mode & S_IFMT == S_IFLNK ? linkTarget(realPath) : nil
         node.size = UInt64(st.st_size)
         node.mtime = st.st_mtim
         node.ctime = st.st_ctim
@@ -144,7 +145,7 @@ extension FileIndex {
     static func add(name: String, st: stat, parent: Node, realPath: String, inotifyFD: Int32, state: inout State) {
         let isDir = st.st_mode & S_IFMT == S_IFDIR
         let node = Node(name: name, isDirectory: isDir, parent: parent)
-        fill(node, from: st)
+        fill(node, from: st, realPath: realPath)
         let pathLower = "/" + node.components.joined(separator: "/").dropboxLowercased
         node.id = makeID(pathLower: pathLower, incarnation: state.incarnations[pathLower, default: 0])
         parent.children[name.dropboxLowercased] = node
@@ -214,7 +215,15 @@ extension FileIndex {
 
     struct DirectoryEntry { var name: String; var st: stat }
 
-    /// Regular files and directories only: symlinks and special files are not served.
+    /// A symbolic link's target; "" if it cannot be read.
+    static func linkTarget(_ realPath: String) -> String {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = buffer.withUnsafeMutableBufferPointer { readlink(realPath, $0.baseAddress!, $0.count) }
+        return length > 0 ? String(decoding: buffer[..<length], as: UTF8.self) : ""
+    }
+
+    /// Regular files, directories and symbolic links (served as links, as Dropbox keeps them:
+    /// never followed); special files are not served.
     static func listDirectory(_ realPath: String) -> [DirectoryEntry] {
         guard let dir = opendir(realPath) else { return [] }
         defer { closedir(dir) }
@@ -228,7 +237,7 @@ extension FileIndex {
             var st = stat()
             guard fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
             let kind = st.st_mode & S_IFMT
-            guard kind == S_IFREG || kind == S_IFDIR else { continue }
+            guard kind == S_IFREG || kind == S_IFDIR || kind == S_IFLNK else { continue }
             out.append(DirectoryEntry(name: name, st: st))
         }
         return out
@@ -244,7 +253,7 @@ extension FileIndex {
             }
             let isDir = entry.st.st_mode & S_IFMT == S_IFDIR
             let child = Node(name: entry.name, isDirectory: isDir, parent: node)
-            fill(child, from: entry.st)
+            fill(child, from: entry.st, realPath: realPath + "/" + entry.name)
             child.id = makeID(pathLower: "/" + child.components.joined(separator: "/").dropboxLowercased, incarnation: 0)
             node.children[key] = child
             state.byID[child.id] = child

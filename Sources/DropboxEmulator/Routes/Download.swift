@@ -18,6 +18,8 @@ extension Router {
                 return .routeError(["path", "not_file"])
             }
             guard found.kind == .file else { return .routeError(["path", "not_file"]) }
+            // Opening it would follow it; what Dropbox serves for a link is not documented.
+            guard found.symlinkTarget == nil else { return .routeError(["unsupported_file"]) }
             if let rev = arg["rev"]?.stringValue, rev != found.rev { return .routeError(["path", "not_found"]) }
             var exportFormat = "html"
             if route == "files/export" {

@@ -7,6 +7,11 @@ public enum FSError: Error, Sendable, Equatable {
     case notFound
     case notADirectory
     case isADirectory
+    /// Opening a symbolic link itself (the kernel follows links before it opens; only
+    /// `O_NOFOLLOW` reaches one).
+    case symbolicLink
+    /// Reading the target of what is no symbolic link.
+    case notASymbolicLink
     /// Any attempt to change anything: the mount is read-only by design.
     case readOnly
     /// Dropbox refused the credentials, or the file cannot be read (e.g. not downloadable).
@@ -46,6 +51,8 @@ extension FSError: CustomStringConvertible {
         case .notFound: "no such file or folder"
         case .notADirectory: "not a folder"
         case .isADirectory: "is a folder"
+        case .symbolicLink: "is a symbolic link"
+        case .notASymbolicLink: "not a symbolic link"
         case .readOnly: "the mount is read-only"
         case .accessDenied: "access denied"
         case .badHandle: "unknown handle"

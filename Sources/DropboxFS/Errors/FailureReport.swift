@@ -14,14 +14,15 @@ import Logging
 
 /// A filesystem operation, named as the kernel's request is.
 public enum FilesystemOperation: String, Sendable {
-    case lookup, getattr, opendir, readdir, open, read, statfs, getxattr, listxattr
+    case lookup, getattr, readlink, opendir, readdir, open, read, statfs, getxattr, listxattr
 }
 
 extension FSError {
     /// How loudly a failure of this kind is logged at the boundary.
     var logLevel: Logger.Level {
         switch self {
-        case .notFound, .notADirectory, .isADirectory, .noAttribute, .attributeNamespaceUnsupported, .bufferTooSmall:
+        case .notFound, .notADirectory, .isADirectory, .symbolicLink, .notASymbolicLink, .noAttribute,
+             .attributeNamespaceUnsupported, .bufferTooSmall:
             .trace
         case .readOnly, .upstream, .accessDenied:
             .debug

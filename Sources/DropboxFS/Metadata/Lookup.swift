@@ -85,6 +85,19 @@ extension DropboxFilesystem {
         }
     }
 
+    /// A symbolic link's target (readlink), as Dropbox has it: relative or absolute, and not
+    /// checked against anything (a link may point outside the mount, or nowhere, as on a disk).
+    public func readLink(_ inode: InodeNumber) throws(FSError) -> String {
+        try reporting(.readlink, inode: inode) { () throws(FSError) -> String in
+            let slot = try revalidate(inode)
+            return try state.withLock { state throws(FSError) -> String in
+                guard state.tree.isAlive(slot) else { throw .notFound }
+                guard let target = state.tree.details(slot)?.symlinkTarget else { throw .notASymbolicLink }
+                return target
+            }
+        }
+    }
+
     /// Makes sure what the tree says of `inode` is fresh, listing its parent again if needed.
     func revalidate(_ inode: InodeNumber) throws(FSError) -> Slot {
         guard let slot = Slot(inode) else { throw .notFound }
@@ -166,7 +179,7 @@ extension DropboxFilesystem {
 
     /// What the thumbnail cache needs of `slot`, if it is an image Dropbox can thumbnail.
     func thumbnailTarget(_ slot: Slot, in tree: Tree) -> ThumbnailTarget? {
-        guard let file = tree.details(slot), !file.isExport,
+        guard let file = tree.details(slot), !file.isExport, file.symlinkTarget == nil,
               let mimeType = ThumbnailableImage.mimeType(name: tree.name(slot), size: file.size) else { return nil }
         return ThumbnailTarget(id: file.id, rev: file.rev, relativePath: tree.components(slot).map { "/" + $0 }.joined(),
                                size: file.size, modified: file.modified, mimeType: mimeType)
@@ -353,7 +366,8 @@ extension DropboxFilesystem {
                                   size: 4096, linkCount: links, modified: tree.folderTime(slot) ?? folderModified,
                                   uid: options.uid, gid: options.gid)
         }
-        return NodeAttributes(inode: slot.inode, kind: .file, permissions: options.permissions(for: .file),
+        let kind: NodeKind = tree.isSymlink(slot) ? .symlink : .file
+        return NodeAttributes(inode: slot.inode, kind: kind, permissions: options.permissions(for: kind),
                               size: tree.size(slot), linkCount: 1, modified: tree.modified(slot),
                               uid: options.uid, gid: options.gid)
     }

@@ -12,6 +12,8 @@ public struct InodeNumber: Hashable, Sendable, Comparable, CustomStringConvertib
 public enum NodeKind: Sendable, Equatable {
     case file
     case directory
+    /// A symbolic link (`readLink` gives its target).
+    case symlink
 }
 
 /// What `stat` shows for one node.

@@ -47,6 +47,8 @@ struct FileDetails: Equatable {
     /// entry names the document, not its export. Kept where a file keeps its content hash, which
     /// an export has none of.
     var exportedFrom: String?
+    /// A symbolic link's target: the node is shown as a link, never read.
+    var symlinkTarget: String?
 }
 
 struct Tree {
@@ -91,6 +93,8 @@ struct Tree {
         static let timeStale: UInt16 = 128
         /// A folder in `retimedFolders`, so that it is listed there once however often it moves.
         static let retimed: UInt16 = 256
+        /// A symbolic link (FileDetails.symlinkTarget), its target kept where a file keeps its hash.
+        static let symlink: UInt16 = 512
     }
 
     private var records: [Record] = []
@@ -124,6 +128,7 @@ struct Tree {
     }
 
     func isDirectory(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.directory != 0 }
+    func isSymlink(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.symlink != 0 }
     func isComplete(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.complete != 0 }
     func mustListAgain(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.mustListAgain != 0 }
     func listedAt(_ slot: Slot) -> Double { records[Int(slot.index)].listedAt }
@@ -158,11 +163,13 @@ struct Tree {
         var offset = Int(r.detailsOffset)
         let id = readString(&offset)
         let rev = readString(&offset)
-        let hash = readString(&offset)
+        let third = readString(&offset)
         let isExport = r.flags & Flag.export != 0
+        let isSymlink = r.flags & Flag.symlink != 0
         return FileDetails(size: r.size, modified: r.modified, id: id, rev: rev,
-                           contentHash: isExport || hash.isEmpty ? nil : hash, isExport: isExport,
-                           exportedFrom: isExport && !hash.isEmpty ? hash : nil)
+                           contentHash: isExport || isSymlink || third.isEmpty ? nil : third, isExport: isExport,
+                           exportedFrom: isExport && !third.isEmpty ? third : nil,
+                           symlinkTarget: isSymlink ? third : nil)
     }
 
     /// The child of `parent` whose name folds to the same key as `name`.
@@ -246,7 +253,9 @@ struct Tree {
         let folded = FoldedName(name)
         let isFolder = details == nil
         if let existing = child(of: parent, folded: folded) {
-            if isDirectory(existing) == isFolder {
+            // A file that becomes a link (or back) is a new node: the kernel never changes an
+            // inode's type.
+            if isDirectory(existing) == isFolder, isSymlink(existing) == (details?.symlinkTarget != nil) {
                 var outcome = Upsert.unchanged
                 let oldName = self.name(existing)
                 var renamedFrom: String?
@@ -461,20 +470,16 @@ struct Tree {
     private mutating func setDetails(_ slot: Slot, _ details: FileDetails) {
         arenaGarbage += detailsLength(slot)
         var bytes: [UInt8] = []
-        for text in [details.id, details.rev] {
-            let utf8 = Array(text.utf8.prefix(Int(Self.rawHashMarker) - 1))
-            bytes.append(UInt8(utf8.count))
-            bytes.append(contentsOf: utf8)
-        }
+        Self.appendField(details.id, to: &bytes)
+        Self.appendField(details.rev, to: &bytes)
         // A content hash is 64 hex digits; kept as its 32 bytes it costs half (issue 5's memory target).
-        if !details.isExport, let hash = details.contentHash, let raw = Self.rawHash(hash) {
+        if let target = details.symlinkTarget {
+            Self.appendField(target, to: &bytes)
+        } else if !details.isExport, let hash = details.contentHash, let raw = Self.rawHash(hash) {
             bytes.append(Self.rawHashMarker)
             bytes.append(contentsOf: raw)
         } else {
-            let text = details.isExport ? details.exportedFrom : details.contentHash
-            let utf8 = Array((text ?? "").utf8.prefix(Int(Self.rawHashMarker) - 1))
-            bytes.append(UInt8(utf8.count))
-            bytes.append(contentsOf: utf8)
+            Self.appendField((details.isExport ? details.exportedFrom : details.contentHash) ?? "", to: &bytes)
         }
         records[Int(slot.index)].detailsOffset = append(bytes).offset
         records[Int(slot.index)].size = details.size
@@ -486,25 +491,56 @@ struct Tree {
         } else {
             records[Int(slot.index)].flags &= ~Flag.export
         }
+        if details.symlinkTarget != nil {
+            records[Int(slot.index)].flags |= Flag.symlink
+        } else {
+            records[Int(slot.index)].flags &= ~Flag.symlink
+        }
     }
 
     private func detailsLength(_ slot: Slot) -> Int {
         guard records[Int(slot.index)].detailsOffset != Tree.noDetails else { return 0 }
         var offset = Int(records[Int(slot.index)].detailsOffset)
         let start = offset
-        for _ in 0..<3 { offset += 1 + fieldLength(arena[offset]) }
+        for _ in 0..<3 { offset = field(at: offset).end }
         return offset - start
     }
 
+    /// A field's length byte that means: 32 raw bytes of a content hash follow.
     private static let rawHashMarker: UInt8 = 0xFF
+    /// A field's length byte that means: a two-byte length (low byte first) and that many bytes
+    /// follow (a link's target, which may be longer than a length byte says).
+    private static let longTextMarker: UInt8 = 0xFE
 
-    private func fieldLength(_ lengthByte: UInt8) -> Int { lengthByte == Self.rawHashMarker ? 32 : Int(lengthByte) }
+    /// Appends `text` as one field: a length byte and its bytes, or, from 254 bytes (a link's
+    /// target, a long export name), the long form; at most 65,535 bytes are kept.
+    private static func appendField(_ text: String, to bytes: inout [UInt8]) {
+        let utf8 = Array(text.utf8.prefix(Int(UInt16.max)))
+        if utf8.count < Int(longTextMarker) {
+            bytes.append(UInt8(utf8.count))
+        } else {
+            bytes.append(longTextMarker)
+            bytes.append(UInt8(utf8.count & 0xFF))
+            bytes.append(UInt8(utf8.count >> 8))
+        }
+        bytes.append(contentsOf: utf8)
+    }
+
+    /// Where the bytes of the field at `offset` start, how many there are, and where it ends.
+    private func field(at offset: Int) -> (start: Int, length: Int, end: Int) {
+        switch arena[offset] {
+        case Self.rawHashMarker: return (offset + 1, 32, offset + 33)
+        case Self.longTextMarker:
+            let length = Int(arena[offset + 1]) | Int(arena[offset + 2]) << 8
+            return (offset + 3, length, offset + 3 + length)
+        case let length: return (offset + 1, Int(length), offset + 1 + Int(length))
+        }
+    }
 
     private func readString(_ offset: inout Int) -> String {
         let lengthByte = arena[offset]
-        let start = offset + 1
-        let length = fieldLength(lengthByte)
-        offset = start + length
+        let (start, length, end) = field(at: offset)
+        offset = end
         if lengthByte == Self.rawHashMarker {
             let digits = Array("0123456789abcdef".utf8)
             var hex: [UInt8] = []

@@ -196,6 +196,13 @@ struct TreeUpdate {
         case .folder:
             return (name, nil)
         case .file(let f):
+            if let target = f.symlinkTarget {
+                // Shown as the link it is, whatever Dropbox would download for it. A target that
+                // cannot be a link's (empty, or holding NUL) leaves the entry out.
+                guard !target.isEmpty, !target.utf8.contains(0) else { return nil }
+                return (name, FileDetails(size: UInt64(target.utf8.count), modified: f.clientModified, id: f.id,
+                                          rev: f.rev, contentHash: nil, symlinkTarget: target))
+            }
             guard f.isDownloadable else {
                 // Paper and other cloud docs cannot be read with files/download: they are shown as
                 // their export (`files/export`) under the export format's name, or left out.

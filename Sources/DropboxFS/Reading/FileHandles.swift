@@ -16,6 +16,7 @@ extension DropboxFilesystem {
             return try state.withLock { state throws(FSError) -> OpenedFile in
                 guard state.tree.isAlive(slot) else { throw .notFound }
                 guard let file = state.tree.details(slot) else { throw .isADirectory }
+                guard file.symlinkTarget == nil else { throw .symbolicLink }
                 // The page cache is per inode. While a handle of another rev is open, its reads may
                 // still land there, so this handle bypasses the cache and keeps nothing.
                 let otherRevOpen = state.fileHandles.values.contains { $0.slot == slot && $0.rev != file.rev }

@@ -18,11 +18,13 @@ public struct PersistedFile: Sendable, Equatable {
     public var isExport: Bool
     /// For an export, the document's own name, which a deletion gives.
     public var exportedFrom: String?
+    /// For a symbolic link, its target.
+    public var symlinkTarget: String?
 
     public init(size: UInt64, modified: Int64, id: String, rev: String, contentHash: String?, isExport: Bool = false,
-                exportedFrom: String? = nil) {
+                exportedFrom: String? = nil, symlinkTarget: String? = nil) {
         self.size = size; self.modified = modified; self.id = id; self.rev = rev; self.contentHash = contentHash
-        self.isExport = isExport; self.exportedFrom = exportedFrom
+        self.isExport = isExport; self.exportedFrom = exportedFrom; self.symlinkTarget = symlinkTarget
     }
 }
 

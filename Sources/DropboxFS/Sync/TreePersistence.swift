@@ -36,7 +36,7 @@ extension DropboxFilesystem {
             let path = tree.components(slot).map { "/" + $0 }.joined()
             let file = tree.details(slot).map {
                 PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash,
-                              isExport: $0.isExport, exportedFrom: $0.exportedFrom)
+                              isExport: $0.isExport, exportedFrom: $0.exportedFrom, symlinkTarget: $0.symlinkTarget)
             }
             entries.append(PersistedEntry(path: path, file: file))
         }
@@ -56,6 +56,6 @@ extension DropboxFilesystem {
         return .file(FileMetadata(name: file.isExport ? file.exportedFrom ?? name : name, id: file.id, pathLower: display.lowercased(), pathDisplay: display,
                                   clientModified: file.modified, serverModified: file.modified, rev: file.rev,
                                   size: file.size, isDownloadable: !file.isExport, contentHash: file.contentHash,
-                                  exportAs: exportAs))
+                                  exportAs: exportAs, symlinkTarget: file.symlinkTarget))
     }
 }
