@@ -83,8 +83,11 @@ final class SystemdReporter: Sendable {
 
     private func sleep(_ period: Duration) {
         let end = ContinuousClock.now + period
-        while !isStopped, ContinuousClock.now < end {
-            Thread.sleep(forTimeInterval: 0.1)
+        while !isStopped {
+            let left = end - ContinuousClock.now
+            guard left > .zero else { return }
+            // In slices, so that `stop` is noticed; never past `end` (a short watchdog interval).
+            Thread.sleep(forTimeInterval: min(0.1, Double(left.components.seconds) + Double(left.components.attoseconds) * 1e-18))
         }
     }
 

@@ -105,7 +105,7 @@ extension DropboxFilesystem {
                                         whenApplied: (inout State, Double) -> Void = { _, _ in }) throws(FSError) {
         for attempt in 1...Self.listingAttemptsWhileChanging {
             let listedAt = now()
-            let watch = state.withLock { $0.feed.watchFolderListing(path.lowercased()) }
+            let watch = state.withLock { $0.feed.watchFolderListing(path) }
             let entries: [Metadata]
             do {
                 entries = try listWholeFolder(path)

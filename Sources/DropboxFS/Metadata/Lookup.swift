@@ -179,7 +179,7 @@ extension DropboxFilesystem {
 
     /// What the thumbnail cache needs of `slot`, if it is an image Dropbox can thumbnail.
     func thumbnailTarget(_ slot: Slot, in tree: Tree) -> ThumbnailTarget? {
-        guard let file = tree.details(slot), !file.isExport, file.symlinkTarget == nil,
+        guard let file = tree.details(slot), file.isPlainFile,
               let mimeType = ThumbnailableImage.mimeType(name: tree.name(slot), size: file.size) else { return nil }
         return ThumbnailTarget(id: file.id, rev: file.rev, relativePath: tree.components(slot).map { "/" + $0 }.joined(),
                                size: file.size, modified: file.modified, mimeType: mimeType)

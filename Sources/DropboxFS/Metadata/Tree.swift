@@ -49,6 +49,10 @@ struct FileDetails: Equatable {
     var exportedFrom: String?
     /// A symbolic link's target: the node is shown as a link, never read.
     var symlinkTarget: String?
+
+    /// Whether the node's bytes are the file's own, as `files/download` gives them: not an
+    /// export, not a link. Only such files are kept whole by a pin or get thumbnails.
+    var isPlainFile: Bool { !isExport && symlinkTarget == nil }
 }
 
 struct Tree {

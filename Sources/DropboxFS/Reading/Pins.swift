@@ -325,7 +325,7 @@ extension DropboxFilesystem {
                 for child in tree.children(of: next) {
                     if tree.isDirectory(child) {
                         stack.append(child)
-                    } else if let details = tree.details(child), !details.isExport, details.symlinkTarget == nil {
+                    } else if let details = tree.details(child), details.isPlainFile {
                         files.append(PinnedFile(slot: child, file: ReadFile(id: details.id, rev: details.rev, size: details.size)))
                     }
                 }

@@ -42,17 +42,18 @@ struct FeedStatus {
     var foldersReadAfterWaiting: [FileHandleID: Double] = [:]
 
     /// Listings of one folder alone under way outside the first listing (a reader's, or one again
-    /// after it), by an id from `watchFolderListing`: the folder's lower-case path, and whether the
-    /// feed has brought a change in it since the listing started. Such a listing may show the
-    /// folder from before that change, and replacing the folder's children with it would undo the
-    /// change for good, since the feed does not bring it twice.
-    private var folderListingsWatched: [Int: (lowerPath: String, overtaken: Bool)] = [:]
+    /// after it), by an id from `watchFolderListing`: the folder's path folded as Dropbox folds
+    /// case (`FoldedName`), and whether the feed has brought a change in it since the listing
+    /// started. Such a listing may show the folder from before that change, and replacing the
+    /// folder's children with it would undo the change for good, since the feed does not bring it
+    /// twice.
+    private var folderListingsWatched: [Int: (folded: [UInt8], overtaken: Bool)] = [:]
     private var nextFolderListingID = 0
 
-    /// Starts watching a listing of the folder at `lowerPath`, before its first call goes out.
-    mutating func watchFolderListing(_ lowerPath: String) -> Int {
+    /// Starts watching a listing of the folder at `path`, before its first call goes out.
+    mutating func watchFolderListing(_ path: String) -> Int {
         nextFolderListingID += 1
-        folderListingsWatched[nextFolderListingID] = (lowerPath, false)
+        folderListingsWatched[nextFolderListingID] = (FoldedName(path).bytes, false)
         return nextFolderListingID
     }
 
@@ -68,17 +69,17 @@ struct FeedStatus {
     mutating func noteFeedChanges(_ entries: [Metadata]) {
         guard !folderListingsWatched.isEmpty else { return }
         for entry in entries {
-            let path = entry.pathLower ?? entry.pathDisplay?.lowercased()
+            let path = (entry.pathLower ?? entry.pathDisplay).map { FoldedName($0).bytes }
             for (id, watch) in folderListingsWatched where !watch.overtaken {
-                if let path, !Self.isWithin(path, watch.lowerPath), !Self.isWithin(watch.lowerPath, path) { continue }
+                if let path, !Self.isWithin(path, watch.folded), !Self.isWithin(watch.folded, path) { continue }
                 folderListingsWatched[id]!.overtaken = true
             }
         }
     }
 
     /// Whether `path` is `folder` or lies below it ("" is the account's root).
-    private static func isWithin(_ path: String, _ folder: String) -> Bool {
-        path == folder || (path.hasPrefix(folder) && path.utf8.dropFirst(folder.utf8.count).first == UInt8(ascii: "/"))
+    private static func isWithin(_ path: some Collection<UInt8>, _ folder: some Collection<UInt8>) -> Bool {
+        path.starts(with: folder) && path.dropFirst(folder.count).first.map { $0 == UInt8(ascii: "/") } ?? true
     }
 
     /// Subtree listings go on making way for `handle` (if any) while it reads what it waited for.
@@ -106,8 +107,7 @@ struct FeedStatus {
     /// Whether a fill call under way will list the folder at `lowerPath`.
     func fillCovers(_ lowerPath: String) -> Bool {
         listingsInFlight.contains { call in
-            call.lowerPath == lowerPath
-                || (call.recursive && lowerPath.hasPrefix(call.lowerPath) && lowerPath.utf8.dropFirst(call.lowerPath.utf8.count).first == UInt8(ascii: "/"))
+            call.lowerPath == lowerPath || (call.recursive && Self.isWithin(lowerPath.utf8, call.lowerPath.utf8))
         }
     }
 }
