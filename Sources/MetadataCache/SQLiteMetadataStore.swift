@@ -71,26 +71,33 @@ public final class SQLiteMetadataStore: MetadataStore {
         return home + "/.cache/dbx-mount"
     }
 
-    public func load() -> PersistedTree? {
-        let tree = withDatabase("load") { database throws(SQLiteError) -> PersistedTree? in
+    /// Entries handed over at a time by `load`: large enough that the per-batch work (a lock, a
+    /// tree update) is nothing, small enough that the batch is nothing beside the tree.
+    static let loadBatch = 4096
+
+    public func load(_ receive: ([PersistedEntry]) -> Void) -> String? {
+        let cursor = withDatabase("load") { database throws(SQLiteError) -> String? in
             // One read transaction, so the cursor and the entries come from the same save.
-            try database.transaction { () throws(SQLiteError) -> PersistedTree? in
+            try database.transaction { () throws(SQLiteError) -> String? in
                 let meta = try database.prepare("SELECT cursor FROM meta")
                 guard try meta.step() else { throw .foreign("the meta table has no row") }
                 guard let cursor = meta.text(0) else { return nil }
                 let rows = try database.prepare(
                     "SELECT path, is_folder, size, modified, id, rev, content_hash, exported_from, symlink_target FROM entries ORDER BY rowid")
-                var entries: [PersistedEntry] = []
-                // Rows are numbered from 1 after each save's DELETE, so the last rowid is the count.
-                let last = try database.prepare("SELECT max(rowid) FROM entries")
-                if try last.step(), let count = last.int64(0) { entries.reserveCapacity(Int(count)) }
+                var batch: [PersistedEntry] = []
+                batch.reserveCapacity(Self.loadBatch)
                 while try rows.step() {
-                    entries.append(try Self.entry(rows))
+                    batch.append(try Self.entry(rows))
+                    if batch.count == Self.loadBatch {
+                        receive(batch)
+                        batch.removeAll(keepingCapacity: true)
+                    }
                 }
-                return PersistedTree(cursor: cursor, entries: entries)
+                if !batch.isEmpty { receive(batch) }
+                return cursor
             }
         }
-        return tree ?? nil
+        return cursor ?? nil
     }
 
     /// Whether a tree is saved here (a cursor, which every save writes with its entries): what a
@@ -104,7 +111,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         } ?? false
     }
 
-    public func save(_ tree: PersistedTree) {
+    public func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) {
         withDatabase("save") { database throws(SQLiteError) in
             // IMMEDIATE takes the write lock at once, so a second process makes this wait (busy
             // timeout) at the start instead of failing at the first insert.
@@ -112,32 +119,41 @@ public final class SQLiteMetadataStore: MetadataStore {
                 try database.execute("DELETE FROM entries")
                 let insert = try database.prepare(
                     "INSERT INTO entries (path, is_folder, size, modified, id, rev, content_hash, exported_from, symlink_target) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-                for entry in tree.entries {
-                    try insert.bind(1, entry.path)
-                    if let file = entry.file {
-                        try insert.bind(2, file.isExport ? 2 : 0 as Int64)
-                        // A size is stored by its bit pattern: SQLite's integers are signed 64-bit.
-                        try insert.bind(3, Int64(bitPattern: file.size))
-                        try insert.bind(4, file.modified)
-                        try insert.bind(5, file.id)
-                        try insert.bind(6, file.rev)
-                        try insert.bind(7, file.contentHash)
-                        try insert.bind(8, file.exportedFrom)
-                        try insert.bind(9, file.symlinkTarget)
-                    } else {
-                        try insert.bind(2, 1 as Int64)
-                        for column: Int32 in 3...9 { try insert.bind(column, nil as Int64?) }
-                    }
-                    _ = try insert.step()
-                    insert.reset()
+                // The entries come from a walk of the tree, which cannot throw: the first failure
+                // is kept, the rest of the walk skipped, and the transaction rolled back after it.
+                var failure: SQLiteError?
+                entries { entry in
+                    guard failure == nil else { return }
+                    do throws(SQLiteError) { try Self.insert(entry, with: insert) } catch { failure = error }
                 }
+                if let failure { throw failure }
                 let meta = try database.prepare("UPDATE meta SET cursor = ?, saved_at = ?")
-                try meta.bind(1, tree.cursor)
+                try meta.bind(1, cursor)
                 try meta.bind(2, Int64(Date().timeIntervalSince1970))
                 _ = try meta.step()
                 guard database.changes == 1 else { throw .foreign("the meta table has no row") }
             }
         }
+    }
+
+    private static func insert(_ entry: PersistedEntry, with insert: borrowing Statement) throws(SQLiteError) {
+        try insert.bind(1, entry.path)
+        if let file = entry.file {
+            try insert.bind(2, file.isExport ? 2 : 0 as Int64)
+            // A size is stored by its bit pattern: SQLite's integers are signed 64-bit.
+            try insert.bind(3, Int64(bitPattern: file.size))
+            try insert.bind(4, file.modified)
+            try insert.bind(5, file.id)
+            try insert.bind(6, file.rev)
+            try insert.bind(7, file.contentHash)
+            try insert.bind(8, file.exportedFrom)
+            try insert.bind(9, file.symlinkTarget)
+        } else {
+            try insert.bind(2, 1 as Int64)
+            for column: Int32 in 3...9 { try insert.bind(column, nil as Int64?) }
+        }
+        _ = try insert.step()
+        insert.reset()
     }
 
     public func clear() {

@@ -414,6 +414,47 @@ struct ChangeFeedTests {
         #expect(dropbox.counters.recursiveListFolder == 1, "the second mount caught up with continue only")
     }
 
+    @Test func aSavedTreeFoundDamagedPartWayIsNotKeptButListedAfresh() throws {
+        // The store hands over a first batch, then finds its file damaged and gives no cursor.
+        final class DamagedStore: MetadataStore {
+            func load(_ receive: ([PersistedEntry]) -> Void) -> String? {
+                receive([PersistedEntry(path: "/gone", file: nil),
+                         PersistedEntry(path: "/gone/old.txt", file: PersistedFile(size: 1, modified: 0, id: "id:o", rev: "1", contentHash: nil))])
+                return nil
+            }
+            func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) {}
+            func clear() {}
+        }
+        dropbox.addFile("/a.txt", [1])
+        let fs = makeFS(store: DamagedStore())
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        #expect(try names(fs, .root) == ["a.txt"])
+        #expect(throws: FSError.notFound) { try resolve(fs, "gone/old.txt") }
+        #expect(dropbox.counters.recursiveListFolder == 1, "listed afresh")
+    }
+
+    @Test func aSavedTreeComesBackWithEveryPathAsSaved() throws {
+        // persist() writes paths built along its walk, not from each node up: they must be the
+        // paths a listing gave, at every depth and in display case.
+        dropbox.addFile("/Top/Mid/Deep/é.txt", [1])
+        dropbox.addFile("/Top/Mid/b.TXT", [2])
+        dropbox.addFile("/Top/c", [3])
+        dropbox.addFile("/d", [4])
+        let store = InMemoryStore()
+        let fs = makeFS(store: store)
+        try startLive(fs)
+        fs.stopChangeFeed()
+        fs.persist()
+        #expect(eventually { store.load()?.entries.count == 7 })
+        let paths = try #require(store.load()).entries.map(\.path)
+        #expect(paths.sorted() == ["/Top", "/Top/Mid", "/Top/Mid/Deep", "/Top/Mid/Deep/é.txt", "/Top/Mid/b.TXT", "/Top/c", "/d"])
+        for (index, path) in paths.enumerated() {
+            let parent = String(path[..<path.lastIndex(of: "/")!])
+            #expect(parent.isEmpty || paths[..<index].contains(parent), "\(path) comes after its folder")
+        }
+    }
+
     @Test func anIdleFeedNeverRewritesTheSavedTree() throws {
         dropbox.addFile("/a.txt", [1])
         let store = InMemoryStore()

@@ -222,6 +222,30 @@ struct SQLiteMetadataStoreTests {
         #expect(log.lines.isEmpty)
     }
 
+    @Test func aLargeTreeIsLoadedInBatchesInItsSavedOrder() throws {
+        let batch = SQLiteMetadataStore.loadBatch
+        let tree = Self.syntheticTree(entries: 2 * batch + 10)
+        let store = try makeStore()
+        store.save(tree)
+        var sizes: [Int] = []
+        var entries: [PersistedEntry] = []
+        let cursor = store.load { sizes.append($0.count); entries += $0 }
+        #expect(cursor == tree.cursor)
+        #expect(sizes == [batch, batch, 10], "never the whole tree in one array")
+        #expect(entries == tree.entries)
+    }
+
+    @Test func aSaveTakesItsEntriesAsTheyComeAndWalksThemOnce() throws {
+        let store = try makeStore()
+        var walks = 0
+        store.save(cursor: "c") { each in
+            walks += 1
+            for entry in Self.unicodeTree.entries { each(entry) }
+        }
+        #expect(walks == 1)
+        #expect(store.load() == PersistedTree(cursor: "c", entries: Self.unicodeTree.entries))
+    }
+
     @Test func timesA100000EntrySaveAndLoad() throws {
         try time(entries: 100_000)
     }

@@ -497,9 +497,18 @@ public final class InMemoryStore: MetadataStore {
     public init() {}
     public let saved = Mutex<PersistedTree?>(nil)
     public let saves = Mutex(0)
-    public func load() -> PersistedTree? { saved.withLock { $0 } }
-    public func save(_ tree: PersistedTree) {
-        saved.withLock { $0 = tree }
+    public func load(_ receive: ([PersistedEntry]) -> Void) -> String? {
+        guard let tree = saved.withLock({ $0 }) else { return nil }
+        // Two batches or more, as a large tree comes from a store.
+        let half = tree.entries.count / 2
+        receive(Array(tree.entries[..<half]))
+        receive(Array(tree.entries[half...]))
+        return tree.cursor
+    }
+    public func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) {
+        var all: [PersistedEntry] = []
+        entries { all.append($0) }
+        saved.withLock { $0 = PersistedTree(cursor: cursor, entries: all) }
         saves.withLock { $0 += 1 }
     }
     public func clear() { saved.withLock { $0 = nil } }

@@ -40,7 +40,7 @@ final class DeferredStore: MetadataStore {
         return (try? SQLiteMetadataStore(directory: directory, key: key, logger: logger))?.holdsASavedTree ?? false
     }
 
-    func load() -> PersistedTree? { store?.load() }
-    func save(_ tree: PersistedTree) { store?.save(tree) }
+    func load(_ receive: ([PersistedEntry]) -> Void) -> String? { store?.load(receive) }
+    func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) { store?.save(cursor: cursor, entries: entries) }
     func clear() { store?.clear() }
 }

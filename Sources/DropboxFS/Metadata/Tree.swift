@@ -230,6 +230,18 @@ struct Tree {
         }
     }
 
+    /// Every live node below the root with its path below it (`/Album/dog.jpg`), parents before
+    /// children. A folder's path is built once and shared by its children's, where asking
+    /// `components` of each node would walk up from every one of them.
+    func walkWithPaths(_ visit: (Slot, String) -> Void) {
+        var stack = children(of: .root).map { ($0, "") }
+        while let (slot, parentPath) = stack.popLast() {
+            let path = parentPath + "/" + name(slot)
+            visit(slot, path)
+            if isDirectory(slot) { stack.append(contentsOf: children(of: slot).map { ($0, path) }) }
+        }
+    }
+
     /// The node at Dropbox path `path` (any case) below the mounted folder `root`, if the tree has it.
     func slot(atPath path: String, below root: String) -> Slot? {
         let rootDepth = root.split(separator: "/").count

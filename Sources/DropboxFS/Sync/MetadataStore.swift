@@ -40,9 +40,32 @@ public struct PersistedTree: Sendable, Equatable {
 /// Where a mount keeps its tree between runs, so a remount answers at once and catches up with
 /// `list_folder/continue` instead of listing everything again. One store serves one account and
 /// mounted folder. Failures are the store's to log; the mount works without it.
+///
+/// Entries pass one at a time (a save) or a batch at a time (a load), never as one array: for an
+/// account of a million entries such an array is hundreds of MiB beside the tree itself, and a
+/// mount's memory is bounded by its tree, not by twice or three times it.
 public protocol MetadataStore: Sendable {
-    func load() -> PersistedTree?
-    func save(_ tree: PersistedTree)
+    /// Reads the saved tree: hands its entries to `receive` a batch at a time, parents before
+    /// children, and returns the cursor saved with them. nil when nothing is saved; a file found
+    /// damaged part way also gives nil, after the batches read until then.
+    func load(_ receive: ([PersistedEntry]) -> Void) -> String?
+    /// Replaces the saved tree with the entries `entries` hands to its argument, parents before
+    /// children, and the cursor that continues from them. `entries` may be called more than once
+    /// (a store that finds its file damaged starts again on a fresh one).
+    func save(cursor: String, entries: (_ each: (PersistedEntry) -> Void) -> Void)
     /// Forgets the saved tree (its cursor was reset).
     func clear()
+}
+
+extension MetadataStore {
+    /// The whole saved tree at once, for tests and small trees.
+    public func load() -> PersistedTree? {
+        var entries: [PersistedEntry] = []
+        guard let cursor = load({ entries += $0 }) else { return nil }
+        return PersistedTree(cursor: cursor, entries: entries)
+    }
+
+    public func save(_ tree: PersistedTree) {
+        save(cursor: tree.cursor) { each in tree.entries.forEach(each) }
+    }
 }

@@ -5,16 +5,29 @@ import DropboxClient
 
 extension DropboxFilesystem {
     func loadPersistedTree() {
-        guard let saved = store?.load() else { return }
+        guard let store else { return }
+        // Applied a batch at a time as the store reads them (this runs in FUSE's `init`, before
+        // any request), so a large tree is never held a second time as entries.
+        var loaded = 0
+        let cursor = store.load { batch in
+            state.withLock { state in
+                var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
+                update.apply(batch.lazy.map(metadata(for:)), to: &state.tree, notify: false)
+            }
+            loaded += batch.count
+        }
+        guard let cursor else {
+            // A file found damaged part way: what it gave is not a tree to continue from.
+            if loaded > 0 { state.withLock { $0.tree = Tree() } }
+            return
+        }
         state.withLock { state in
-            var update = TreeUpdate(rootPath: options.rootPath, logger: logger, showExports: options.showExports)
-            update.apply(saved.entries.map(metadata(for:)), to: &state.tree, notify: false)
             // Complete but stale: answers wait for the catch-up below rather than list again.
             state.tree.markAllFoldersComplete(at: -.infinity)
-            state.feed.cursor = saved.cursor
+            state.feed.cursor = cursor
             state.feed.catchingUp = true
         }
-        logger.info("loaded saved tree", metadata: ["entries": "\(saved.entries.count)"])
+        logger.info("loaded saved tree", metadata: ["entries": "\(loaded)"])
         bulkWorkDone()
     }
 
@@ -30,17 +43,17 @@ extension DropboxFilesystem {
             state.feed.unsaved = false
             return (state.tree, cursor)
         }) else { return false }
-        var entries: [PersistedEntry] = []
-        entries.reserveCapacity(tree.liveCount)
-        tree.walk { slot in
-            let path = tree.components(slot).map { "/" + $0 }.joined()
-            let file = tree.details(slot).map {
-                PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash,
-                              isExport: $0.isExport, exportedFrom: $0.exportedFrom, symlinkTarget: $0.symlinkTarget)
+        // Written as the walk goes: an array of every entry first would be hundreds of MiB for
+        // an account of a million entries, on top of the tree.
+        store.save(cursor: cursor) { each in
+            tree.walkWithPaths { slot, path in
+                let file = tree.details(slot).map {
+                    PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash,
+                                  isExport: $0.isExport, exportedFrom: $0.exportedFrom, symlinkTarget: $0.symlinkTarget)
+                }
+                each(PersistedEntry(path: path, file: file))
             }
-            entries.append(PersistedEntry(path: path, file: file))
         }
-        store.save(PersistedTree(cursor: cursor, entries: entries))
         return true
     }
 
