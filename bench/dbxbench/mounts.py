@@ -12,6 +12,7 @@ class Mount:
 
     def __init__(self, binary, emulator, mountpoint, extra_args, log_path, cache_home):
         self.mountpoint = mountpoint
+        self.cache_home = cache_home
         mountpoint.mkdir(parents=True, exist_ok=True)
         # Whatever dbx-mount keeps in the user's cache directory (its persistent metadata cache,
         # any block cache) goes to cache_home: a fresh one makes a cold mount really cold.

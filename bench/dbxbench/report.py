@@ -113,6 +113,13 @@ def results_markdown(results):
                 lines.append(f"  Its own dbx-emulator indexed and hashed the {w['fixture']['entries']:,} entries in "
                              f"{e['start_seconds']:.1f} s before listening ({fmt_bytes(e['rss_at_start_bytes'])} "
                              f"resident then, {fmt_bytes(e['peak_rss_bytes'])} at its peak).")
+            if w.get("saved_tree"):
+                t = w["saved_tree"]
+                lines.append(f"  The listed mount's peak RSS from the warm find through its first save of the whole tree: "
+                             f"{fmt_bytes(t['peak_rss_bytes'])}. A remount from that saved tree was live (caught up, "
+                             f"on to longpoll) in {t['remount_seconds']:.2f} s, API calls "
+                             f"{fmt_calls({'api_calls': t['remount_api_calls'], 'api_calls_total': sum(t['remount_api_calls'].values())})}"
+                             f", peak RSS {fmt_bytes(t['remount_peak_rss_bytes'])}.")
             if w.get("remote_reference"):
                 ref = w["remote_reference"]
                 lines.append(f"  For scale, not the baseline: {ref['what']} reach {ref['iops']:,.0f} IOPS "

@@ -2,6 +2,7 @@
 and ratios that go into results.json."""
 import json
 import os
+import sqlite3
 import statistics
 import subprocess
 import time
@@ -14,6 +15,16 @@ from .mounts import Mount
 from .baselines import b_pin_files, remote_reference
 from .workloads import Context, w_find_all, w_find_deep
 from .formatting import fmt_bytes
+
+
+def saved_cursor(database):
+    """Whether the mount's cache file holds a saved tree (its cursor), read as another process."""
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
+            row = connection.execute("SELECT cursor IS NOT NULL FROM meta").fetchone()
+            return bool(row and row[0])
+    except sqlite3.Error:
+        return False    # not created yet, or being written
 
 
 def median(values):
@@ -277,7 +288,7 @@ class Runner:
         log(f"  its emulator indexed {MILLION['entries']:,} entries in {emulator.start_seconds:.1f} s "
             f"(peak RSS {fmt_bytes(emulator.rss_at_start)})")
         ctx = Context(self.args, self.spec, root, emulator, self.args.step_timeout)
-        cold, warm, baseline = [], [], []
+        cold, warm, baseline, saved, remounts = [], [], [], [], []
         try:
             run_tool(["find", str(root)], self.args.step_timeout)    # the baseline's dentries, cached for all
             for repeat in range(self.args.repeats):
@@ -285,13 +296,18 @@ class Runner:
                 sample, mount = self.cold_listing(emulator, name)
                 try:
                     warm.append(self.measured(lambda: w_find_all(ctx, mount.mountpoint), mount, emulator))
+                    saved.append(self.wait_for_saved_tree(mount))
                 finally:
                     mount.close()
                 sample["check"] = warm[-1]["check"]     # what the listing brought, as find sees it
                 cold.append(sample)
+                remounts.append(self.remount_from_saved_tree(emulator, mount, name))
                 log(f"  {name} #{repeat + 1}: baseline {self.describe(baseline[-1], 'time')}, cold listing "
                     f"{self.describe(sample, 'time')} (peak RSS {fmt_bytes(sample['peak_rss_bytes'])}), then find "
-                    f"{self.describe(warm[-1], 'time')}: {warm[-1]['check']:,} lines of {baseline[-1]['check']:,}")
+                    f"{self.describe(warm[-1], 'time')}: {warm[-1]['check']:,} lines of {baseline[-1]['check']:,}; "
+                    f"saved after {saved[-1]['seconds']:.1f} s (peak RSS {fmt_bytes(saved[-1]['peak_rss_bytes'])}); "
+                    f"remount from it live in {remounts[-1]['seconds']:.2f} s (peak RSS "
+                    f"{fmt_bytes(remounts[-1]['peak_rss_bytes'])})")
             served = {"start_seconds": round(emulator.start_seconds, 1), "rss_at_start_bytes": emulator.rss_at_start,
                       "peak_rss_bytes": emulator.peak_rss()}
         finally:
@@ -300,7 +316,45 @@ class Runner:
         folders, files, _, _ = million_shape(MILLION)
         result["fixture"] = dict(MILLION, folders=folders, files=files)
         result["emulator"] = served
+        result["saved_tree"] = {
+            "peak_rss_bytes": median([s["peak_rss_bytes"] for s in saved]),
+            "remount_seconds": round(median([s["seconds"] for s in remounts]), 2),
+            "remount_peak_rss_bytes": median([s["peak_rss_bytes"] for s in remounts]),
+            "remount_api_calls": remounts[len(remounts) // 2]["api_calls"],
+        }
         return result
+
+    def wait_for_saved_tree(self, mount):
+        """Waits until the mount has saved its tree (the cache file holds a cursor): the whole
+        tree walked into SQLite, which a mount of a million entries does once the listing is in.
+        Returns the seconds waited and the mount's peak RSS since the warm find began (`measured`
+        resets it), save included."""
+        started = time.monotonic()
+        database = next(iter((mount.cache_home / "dbx-mount").glob("*.sqlite")), None)
+        while True:
+            if database is None:
+                database = next(iter((mount.cache_home / "dbx-mount").glob("*.sqlite")), None)
+            elif saved_cursor(database):
+                return {"seconds": time.monotonic() - started, "peak_rss_bytes": mount.peak_rss()}
+            if time.monotonic() - started > self.args.step_timeout:
+                raise BenchError(f"the mount saved no tree within {self.args.step_timeout:.0f} s")
+            time.sleep(0.2)
+
+    def remount_from_saved_tree(self, emulator, earlier, name):
+        """A mount with the earlier one's cache: from its start until its change feed, caught up
+        from the saved tree's cursor, goes on to longpoll. Its peak RSS includes loading the tree."""
+        self.mount_count += 1
+        mountpoint = self.workdir / f"mnt-{self.mount_count}"
+        emulator.reset_stats()
+        started = time.monotonic()
+        mount = Mount(self.bins / "dbx-mount", emulator, mountpoint, self.args.mount_arg,
+                      self.logdir / f"mount-{name}-remount.log", earlier.cache_home)
+        try:
+            emulator.wait_for_longpoll(self.args.step_timeout)
+            seconds = time.monotonic() - started
+            return {"seconds": seconds, "api_calls": api_calls(emulator.stats()), "peak_rss_bytes": mount.peak_rss()}
+        finally:
+            mount.close()
 
     def run_pin(self, workload):
         """pin-1g: its own emulator over the pin fixture at the row's latency. Each repeat: curl
