@@ -455,6 +455,13 @@ struct ChangeFeedTests {
         }
     }
 
+    @Test func aTreeThatTakesLongToSaveIsSavedLessOften() {
+        #expect(DropboxFilesystem.saveInterval(afterASaveTaking: 0.05) == 30, "a small tree: every 30 s")
+        #expect(DropboxFilesystem.saveInterval(afterASaveTaking: 1.5) == 30)
+        #expect(DropboxFilesystem.saveInterval(afterASaveTaking: 3.5) == 70, "a million entries: a twentieth of the time")
+        #expect(DropboxFilesystem.saveInterval(afterASaveTaking: 60) == 1200)
+    }
+
     @Test func anIdleFeedNeverRewritesTheSavedTree() throws {
         dropbox.addFile("/a.txt", [1])
         let store = InMemoryStore()

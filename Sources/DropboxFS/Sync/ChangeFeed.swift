@@ -41,6 +41,7 @@ extension DropboxFilesystem {
         var failures = 0
         var resetting = false
         var lastSaved = now()
+        var saveInterval = Self.shortestSaveInterval
         // The next turn lists the mounted folder afresh, replacing what the tree holds.
         func forgetCursor() {
             state.withLock { $0.feed.cursor = nil; $0.feed.catchingUp = false }
@@ -78,10 +79,16 @@ extension DropboxFilesystem {
                 }
                 failures = 0
                 reachability.update(after: nil)
-                if now() - lastSaved > 30 {
-                    let saved = BackgroundPriority.lowered { persist() }
+                if now() - lastSaved > saveInterval {
+                    let clock = ContinuousClock()
+                    var saved = false
+                    let took = clock.measure { saved = BackgroundPriority.lowered { persist() } }
                     lastSaved = now()
-                    if saved { bulkWorkDone() }
+                    if saved {
+                        bulkWorkDone()
+                        saveInterval = Self.saveInterval(afterASaveTaking: Double(took.components.seconds)
+                                                             + Double(took.components.attoseconds) / 1e18)
+                    }
                 }
             } catch {
                 if error == .stopped { return }   // the mount is stopping: not a feed outage
@@ -470,6 +477,18 @@ extension DropboxFilesystem {
             }
         }
         signalFeedChanged()
+    }
+
+    /// While changes flow, the tree is saved at most this often.
+    static let shortestSaveInterval: Double = 30
+
+    /// Seconds until the next save while changes flow, after one that took `seconds`. Every save
+    /// writes the whole tree (3.5 CPU-s for a million entries on the development machine, during
+    /// which the feed applies nothing): a large tree is saved less often, so that saving takes at
+    /// most a twentieth of the feed's time however large the account. What a later save would
+    /// have added costs a remount only a longer `continue` catch-up.
+    static func saveInterval(afterASaveTaking seconds: Double) -> Double {
+        max(shortestSaveInterval, 20 * seconds)
     }
 
     /// Seconds with no file open, after the first listing ends, before its tree is saved.
