@@ -235,6 +235,26 @@ struct SQLiteMetadataStoreTests {
         #expect(entries == tree.entries)
     }
 
+    @Test func aFileCutShortGivesNoCursorWhateverItGaveBefore() throws {
+        // A load hands batches over as it reads; damage found later must still end in no cursor,
+        // so the mount drops what it was given (`loadPersistedTree`) and lists afresh.
+        let tree = Self.syntheticTree(entries: 3 * SQLiteMetadataStore.loadBatch)
+        let path: String
+        do {
+            let store = try makeStore()
+            store.save(tree)
+            path = store.path
+        }
+        var status = stat()
+        #expect(stat(path, &status) == 0)
+        #expect(truncate(path, status.st_size * 2 / 3) == 0)
+        var received = 0
+        let cursor = try makeStore().load { received += $0.count }
+        #expect(cursor == nil)
+        #expect(received < tree.entries.count)
+        #expect(log.lines.count == 1)
+    }
+
     @Test func aSaveTakesItsEntriesAsTheyComeAndWalksThemOnce() throws {
         let store = try makeStore()
         var walks = 0

@@ -118,8 +118,7 @@ final class FixedToken: AccessTokenProvider, CustomStringConvertible {
 
     func accessToken() throws(DropboxError) -> String { try token.accessToken() }
 
-    /// Dropbox answered a call made with this token.
-    func markAccepted() { seen.withLock { $0.accepted = true } }
+    func tokenAccepted() { seen.withLock { $0.accepted = true } }
 
     func tokenExpired(_ refused: String) throws(DropboxError) {
         let tell = seen.withLock { seen in

@@ -227,7 +227,7 @@ struct MountCommand: ParsableCommand {
         var unreachable: DropboxError?
         do {
             account = try client.currentAccount()
-            (credentials.tokens as? FixedToken)?.markAccepted()
+            credentials.tokens.tokenAccepted()
             if caching { knownAccounts.remember(account, for: credentials.identity) }
         } catch {
             if case .auth = error { fail("\(AuthCommand.explain(error)); \(credentials.remedy)", code: 1) }

@@ -9,6 +9,13 @@ public protocol AccessTokenProvider: Sendable {
     /// provider refreshes (once, even if many threads report the same token); the client then
     /// asks `accessToken()` again and retries once if the token changed.
     func tokenExpired(_ token: String) throws(DropboxError)
+    /// Dropbox answered a call made with the current token (the mount's check of the account):
+    /// a provider that tells of a refusal later can tell it from a token that never worked.
+    func tokenAccepted()
+}
+
+extension AccessTokenProvider {
+    public func tokenAccepted() {}
 }
 
 /// A fixed token, as from `DBX_ACCESS_TOKEN` or `--token-file`. Never refreshes.

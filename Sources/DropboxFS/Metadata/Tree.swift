@@ -349,6 +349,9 @@ struct Tree {
     func isSizeReported(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.sizeReported != 0 }
 
     mutating func markSizeReported(_ slot: Slot) {
+        // Every lookup marks its answer: written only when it changes, since a write to records a
+        // save's copy of the tree shares copies all of them (64 bytes per entry).
+        guard !isSizeReported(slot) else { return }
         records[Int(slot.index)].flags |= Flag.sizeReported
     }
 
@@ -356,7 +359,7 @@ struct Tree {
     func isOpenedAtCurrentRev(_ slot: Slot) -> Bool { records[Int(slot.index)].flags & Flag.openedAtCurrentRev != 0 }
 
     mutating func markOpenedAtCurrentRev(_ slot: Slot) {
-        guard isAlive(slot) else { return }
+        guard isAlive(slot), !isOpenedAtCurrentRev(slot) else { return }
         records[Int(slot.index)].flags |= Flag.openedAtCurrentRev
     }
 

@@ -86,8 +86,7 @@ extension DropboxFilesystem {
                     lastSaved = now()
                     if saved {
                         bulkWorkDone()
-                        saveInterval = Self.saveInterval(afterASaveTaking: Double(took.components.seconds)
-                                                             + Double(took.components.attoseconds) / 1e18)
+                        saveInterval = Self.saveInterval(afterASaveTaking: took / .seconds(1))
                     }
                 }
             } catch {
