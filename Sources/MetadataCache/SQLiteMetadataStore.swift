@@ -133,6 +133,11 @@ public final class SQLiteMetadataStore: MetadataStore {
                 _ = try meta.step()
                 guard database.changes == 1 else { throw .foreign("the meta table has no row") }
             }
+            // Every save rewrites the whole tree, so the log holds the tree a second time (172 MB
+            // for a million entries) until the next save starts, and at exit for good: write it
+            // into the database now and empty it. A reader in another process may hold it back;
+            // the next save tries again.
+            try? database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         }
     }
 

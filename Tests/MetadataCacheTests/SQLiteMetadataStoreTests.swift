@@ -255,6 +255,18 @@ struct SQLiteMetadataStoreTests {
         #expect(log.lines.count == 1)
     }
 
+    @Test func aSaveLeavesNoCopyOfTheTreeInTheLog() throws {
+        let store = try makeStore()
+        let tree = Self.syntheticTree(entries: 20_000)
+        store.save(tree)
+        store.save(tree)
+        var status = stat()
+        let log = store.path + "-wal"
+        #expect(stat(log, &status) != 0 || status.st_size == 0, "the log is emptied after each save")
+        #expect(stat(store.path, &status) == 0 && status.st_size > 1_000_000, "the tree is in the database file")
+        #expect(store.load() == tree)
+    }
+
     @Test func aSaveTakesItsEntriesAsTheyComeAndWalksThemOnce() throws {
         let store = try makeStore()
         var walks = 0
