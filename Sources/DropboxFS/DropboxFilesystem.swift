@@ -52,6 +52,8 @@ public final class DropboxFilesystem: Sendable {
     /// Bytes of page cache dropped behind long streams (`Reading/DropBehind.swift`).
     let droppedPageBytes = Atomic<UInt64>(0)
     let store: (any MetadataStore)?
+    /// Held through each save (`persist`): one at a time, so the unmount's waits for one under way.
+    let saving = Mutex(())
     /// Exported documents (Exports.swift), whole, within 64 MiB.
     let exports = ExportCache(capacity: 64 << 20)
     /// Reads file contents: read-ahead, the memory budget, the block cache (`Reading/`).

@@ -462,6 +462,42 @@ struct ChangeFeedTests {
         #expect(DropboxFilesystem.saveInterval(afterASaveTaking: 60) == 1200)
     }
 
+    @Test func theSaveAtUnmountWaitsForASaveUnderWay() throws {
+        // A save that holds the store until the test lets it go.
+        final class GatedStore: MetadataStore {
+            let entered = DispatchSemaphore(value: 0)
+            let gate = DispatchSemaphore(value: 0)
+            let completed = Atomic<Int>(0)
+            func load(_ receive: ([PersistedEntry]) -> Void) -> String? { nil }
+            func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) {
+                entered.signal()
+                gate.wait()
+                completed.add(1, ordering: .relaxed)
+            }
+            func clear() {}
+        }
+        dropbox.addFile("/a.txt", [1])
+        let store = GatedStore()
+        let fs = makeFS(store: store)
+        try startLive(fs)
+        fs.stopChangeFeed()
+        defer { for _ in 0..<4 { store.gate.signal() } }   // no save left waiting, whatever fails
+        Thread.detachNewThread { fs.persist() }   // the first save, under way
+        #expect(store.entered.wait(timeout: .now() + 5) == .success)
+        let unmountSaveReturned = Atomic<Bool>(false)
+        Thread.detachNewThread {
+            fs.persist()   // as MountSession does once unmounted, before the process exits
+            unmountSaveReturned.store(true, ordering: .relaxed)
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        let returnedEarly = unmountSaveReturned.load(ordering: .relaxed)
+        #expect(!returnedEarly, "the process must not exit while a save is being written")
+        store.gate.signal()
+        #expect(eventually { unmountSaveReturned.load(ordering: .relaxed) })
+        let completed = store.completed.load(ordering: .relaxed)
+        #expect(completed == 1, "the first save completed; nothing was left unsaved")
+    }
+
     @Test func anIdleFeedNeverRewritesTheSavedTree() throws {
         dropbox.addFile("/a.txt", [1])
         let store = InMemoryStore()
