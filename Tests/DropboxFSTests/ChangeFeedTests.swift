@@ -484,6 +484,8 @@ struct ChangeFeedTests {
         defer { for _ in 0..<4 { store.gate.signal() } }   // no save left waiting, whatever fails
         Thread.detachNewThread { fs.persist() }   // the first save, under way
         #expect(store.entered.wait(timeout: .now() + 5) == .success)
+        // The feed's own saves do not queue behind it (this would block the test if they did).
+        #expect(!fs.persistUnlessASaveIsUnderWay())
         let unmountSaveReturned = Atomic<Bool>(false)
         Thread.detachNewThread {
             fs.persist()   // as MountSession does once unmounted, before the process exits

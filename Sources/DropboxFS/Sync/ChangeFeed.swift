@@ -82,7 +82,7 @@ extension DropboxFilesystem {
                 if now() - lastSaved > saveInterval {
                     let clock = ContinuousClock()
                     var saved = false
-                    let took = clock.measure { saved = BackgroundPriority.lowered { persist() } }
+                    let took = clock.measure { saved = BackgroundPriority.lowered { persistUnlessASaveIsUnderWay() } }
                     lastSaved = now()
                     if saved {
                         bulkWorkDone()
@@ -509,7 +509,7 @@ extension DropboxFilesystem {
                     let since = idleSince ?? .now
                     idleSince = since
                     if ContinuousClock.now - since >= .milliseconds(Int(seconds * 1000)) {
-                        if BackgroundPriority.lowered({ persist() }) { bulkWorkDone() }
+                        if BackgroundPriority.lowered({ persistUnlessASaveIsUnderWay() }) { bulkWorkDone() }
                         return
                     }
                 } else {

@@ -45,6 +45,15 @@ extension DropboxFilesystem {
         return saving.withLock { _ in persistNow(store) }
     }
 
+    /// A background save (the feed's, or the first after a listing): skipped while another is
+    /// under way, rather than hold up the feed behind a save at nice 19. That save took the tree as
+    /// it was; what changed since stays unsaved for the next.
+    @discardableResult
+    func persistUnlessASaveIsUnderWay() -> Bool {
+        guard let store else { return false }
+        return saving.withLockIfAvailable { _ in persistNow(store) } ?? false
+    }
+
     private func persistNow(_ store: any MetadataStore) -> Bool {
         guard let (tree, cursor) = state.withLock({ state -> (Tree, String)? in
             guard let cursor = state.feed.cursor, !state.feed.catchingUp, state.feed.unsaved else { return nil }
