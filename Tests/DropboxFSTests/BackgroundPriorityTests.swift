@@ -6,7 +6,7 @@ import Testing
 import Glibc
 #endif
 
-/// Saving the tree runs at nice 19 on the change feed's thread (BackgroundPriority.swift).
+/// Saving the tree runs at nice 19, on a thread of its own for the change feed (BackgroundPriority.swift).
 @Suite("Background priority")
 struct BackgroundPriorityTests {
     /// The calling thread's nice (field 19 of /proc/thread-self/stat; on Linux nice is per thread).
@@ -25,5 +25,19 @@ struct BackgroundPriorityTests {
         if geteuid() == 0 {
             #expect(Self.niceOfThisThread() == before, "root may raise the priority again")
         }
+    }
+
+    @Test func theFeedsSaveRunsAtNice19OnAnotherThreadAndTheFeedNeverLeavesItsOwn() throws {
+        let before = Self.niceOfThisThread()
+        try #require(before != Int32.min, "no /proc/thread-self")
+        let caller = try String(contentsOfFile: "/proc/thread-self/stat", encoding: .utf8).split(separator: " ").first.map(String.init)
+        let (nice, thread) = BackgroundPriority.onALoweredThread { () -> (Int32, String?) in
+            (Self.niceOfThisThread(),
+             (try? String(contentsOfFile: "/proc/thread-self/stat", encoding: .utf8))?.split(separator: " ").first.map(String.init))
+        }
+        #expect(nice == 19)
+        #expect(thread != nil && thread != caller, "not the caller's thread")
+        // Never lowered, so never in need of a privilege to be raised again (a user's mount has none).
+        #expect(Self.niceOfThisThread() == before)
     }
 }

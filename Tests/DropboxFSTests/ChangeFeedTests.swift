@@ -462,6 +462,20 @@ struct ChangeFeedTests {
         #expect(DropboxFilesystem.saveInterval(afterASaveTaking: 60) == 1200)
     }
 
+    @Test func theFeedSavesByItselfOnceChangesHaveFlowedForItsInterval() throws {
+        dropbox.addFile("/a.txt", [1])
+        let store = InMemoryStore()
+        let fs = makeFS(store: store)
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        dropbox.addFile("/b.txt", [2])
+        #expect(eventually { (try? resolve(fs, "b.txt")) != nil })
+        #expect(store.load() == nil, "nothing saved yet: the first listing's save comes 5 s after it")
+        clock.advance(by: DropboxFilesystem.shortestSaveInterval + 1)
+        // The feed's next turn saves (on a thread of its own), well before that.
+        #expect(eventually(within: 3) { store.load()?.entries.map(\.path).sorted() == ["/a.txt", "/b.txt"] })
+    }
+
     @Test func theSaveAtUnmountWaitsForASaveUnderWay() throws {
         // A save that holds the store until the test lets it go.
         final class GatedStore: MetadataStore {

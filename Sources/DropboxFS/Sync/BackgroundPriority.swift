@@ -3,13 +3,34 @@
 // reads ran and took a third of the mount's CPU from them; at nice 19 the scheduler gives it what
 // the readers leave.
 
+import Foundation
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 
 enum BackgroundPriority {
+    /// Runs `work` at nice 19 on a thread of its own and waits for it, for a caller that must go
+    /// on at its own priority: the change feed. Without CAP_SYS_NICE or RLIMIT_NICE (a user's
+    /// mount) a thread lowered once stays low, and the feed lowered by its first periodic save
+    /// applied every later change at nice 19, minutes late while the user's work held the CPU.
+    static func onALoweredThread<T: Sendable>(_ work: @escaping @Sendable () -> T) -> T {
+        let finished = DispatchSemaphore(value: 0)
+        let result = Mutex<T?>(nil)
+        let thread = Thread {
+            let value = lowered(work)
+            result.withLock { $0 = value }
+            finished.signal()
+        }
+        thread.name = "dbx-save"
+        thread.start()
+        finished.wait()
+        return result.withLock { $0 }!
+    }
+
     /// Runs `work` with the calling thread at nice 19, then puts the thread's nice back where the
     /// system allows (raising it again needs CAP_SYS_NICE or RLIMIT_NICE; without either the
-    /// thread, the change feed's, stays low, which only delays the feed's own background work).
+    /// thread stays low: for threads that end after the work, or see `onALoweredThread`).
     static func lowered<T>(_ work: () -> T) -> T {
         guard let thread = threadID() else { return work() }
         let which = __priority_which_t(PRIO_PROCESS.rawValue)
@@ -34,5 +55,6 @@ enum BackgroundPriority {
 #else
 enum BackgroundPriority {
     static func lowered<T>(_ work: () -> T) -> T { work() }
+    static func onALoweredThread<T: Sendable>(_ work: @escaping @Sendable () -> T) -> T { work() }
 }
 #endif

@@ -82,7 +82,7 @@ extension DropboxFilesystem {
                 if now() - lastSaved > saveInterval {
                     let clock = ContinuousClock()
                     var saved = false
-                    let took = clock.measure { saved = BackgroundPriority.lowered { persistUnlessASaveIsUnderWay() } }
+                    let took = clock.measure { saved = BackgroundPriority.onALoweredThread { [self] in persistUnlessASaveIsUnderWay() } }
                     lastSaved = now()
                     if saved {
                         bulkWorkDone()
