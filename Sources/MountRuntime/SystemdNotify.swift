@@ -87,7 +87,7 @@ final class SystemdReporter: Sendable {
             let left = end - ContinuousClock.now
             guard left > .zero else { return }
             // In slices, so that `stop` is noticed; never past `end` (a short watchdog interval).
-            Thread.sleep(forTimeInterval: min(0.1, Double(left.components.seconds) + Double(left.components.attoseconds) * 1e-18))
+            Thread.sleep(forTimeInterval: min(0.1, left / .seconds(1)))
         }
     }
 

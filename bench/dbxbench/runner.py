@@ -330,11 +330,9 @@ class Runner:
         Returns the seconds waited and the mount's peak RSS since the warm find began (`measured`
         resets it), save included."""
         started = time.monotonic()
-        database = next(iter((mount.cache_home / "dbx-mount").glob("*.sqlite")), None)
         while True:
-            if database is None:
-                database = next(iter((mount.cache_home / "dbx-mount").glob("*.sqlite")), None)
-            elif saved_cursor(database):
+            database = next(iter((mount.cache_home / "dbx-mount").glob("*.sqlite")), None)
+            if database is not None and saved_cursor(database):
                 return {"seconds": time.monotonic() - started, "peak_rss_bytes": mount.peak_rss()}
             if time.monotonic() - started > self.args.step_timeout:
                 raise BenchError(f"the mount saved no tree within {self.args.step_timeout:.0f} s")

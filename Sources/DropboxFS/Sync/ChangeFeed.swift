@@ -80,13 +80,12 @@ extension DropboxFilesystem {
                 failures = 0
                 reachability.update(after: nil)
                 if now() - lastSaved > saveInterval {
-                    let clock = ContinuousClock()
-                    var saved = false
-                    let took = clock.measure { saved = BackgroundPriority.onALoweredThread { [self] in persistUnlessASaveIsUnderWay() } }
+                    let started = ContinuousClock.now
+                    let saved = BackgroundPriority.onALoweredThread { [self] in persistUnlessASaveIsUnderWay() }
                     lastSaved = now()
                     if saved {
                         bulkWorkDone()
-                        saveInterval = Self.saveInterval(afterASaveTaking: took / .seconds(1))
+                        saveInterval = Self.saveInterval(afterASaveTaking: (ContinuousClock.now - started) / .seconds(1))
                     }
                 }
             } catch {
@@ -497,8 +496,8 @@ extension DropboxFilesystem {
     /// its own (the feed's is in a longpoll by then). Not while files are read: a save walks the
     /// whole tree, and a read that touches the tree meanwhile makes it copy it, so a save in the
     /// middle of a stream raised the mount's peak memory by tens of MiB. Files open for good
-    /// leave it to the feed's own save, 30 s on, as before. A save already under way or at
-    /// unmount takes its turn (the store serializes them); nothing unsaved, nothing written.
+    /// leave it to the feed's own save, `shortestSaveInterval` on. With a save already under way
+    /// this one is skipped (that save took the tree); nothing unsaved, nothing written.
     private func saveSoon(after seconds: Double) {
         Thread.detachNewThread { [self] in
             let giveUp = ContinuousClock.now + .seconds(60)

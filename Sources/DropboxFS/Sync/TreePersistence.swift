@@ -78,8 +78,8 @@ extension DropboxFilesystem {
         let display = options.rootPath + entry.path
         // The last component, found by its byte: splitting every path into Characters took a
         // fifth of a large tree's load.
-        let utf8 = entry.path.utf8
-        let name = String(entry.path[(utf8.lastIndex(of: UInt8(ascii: "/")).map { utf8.index(after: $0) } ?? utf8.startIndex)...])
+        let slash = entry.path.utf8.lastIndex(of: UInt8(ascii: "/"))
+        let name = slash.map { String(entry.path[entry.path.utf8.index(after: $0)...]) } ?? entry.path
         guard let file = entry.file else {
             return .folder(FolderMetadata(name: name, id: "", pathLower: display.lowercased(), pathDisplay: display))
         }
