@@ -111,8 +111,9 @@ public final class SQLiteMetadataStore: MetadataStore {
         } ?? false
     }
 
-    public func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) {
-        withDatabase("save") { database throws(SQLiteError) in
+    @discardableResult
+    public func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) -> Bool {
+        withDatabase("save") { database throws(SQLiteError) -> Bool in
             // IMMEDIATE takes the write lock at once, so a second process makes this wait (busy
             // timeout) at the start instead of failing at the first insert.
             try database.transaction("BEGIN IMMEDIATE") { () throws(SQLiteError) in
@@ -138,7 +139,8 @@ public final class SQLiteMetadataStore: MetadataStore {
             // into the database now and empty it. A reader in another process may hold it back;
             // the next save tries again.
             try? database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        }
+            return true
+        } ?? false
     }
 
     private static func insert(_ entry: PersistedEntry, with insert: borrowing Statement) throws(SQLiteError) {

@@ -414,6 +414,21 @@ struct ChangeFeedTests {
         #expect(dropbox.counters.recursiveListFolder == 1, "the second mount caught up with continue only")
     }
 
+    @Test func aSaveTheStoreCouldNotWriteIsTriedAgainWithoutAnotherChange() throws {
+        // A full disk, say: the tree stays unsaved, so the unmount's save (or the feed's next)
+        // writes it once the store can, though nothing changed since.
+        dropbox.addFile("/a.txt", [1])
+        let store = InMemoryStore()
+        store.failsToWrite.store(true, ordering: .relaxed)
+        let fs = makeFS(store: store)
+        try startLive(fs)
+        fs.stopChangeFeed()
+        #expect(!fs.persist(), "the store wrote nothing")
+        store.failsToWrite.store(false, ordering: .relaxed)
+        #expect(fs.persist(), "still unsaved")
+        #expect(store.load()?.entries.map(\.path) == ["/a.txt"])
+    }
+
     @Test func aSavedTreeFoundDamagedPartWayIsNotKeptButListedAfresh() throws {
         // The store hands over a first batch, then finds its file damaged and gives no cursor.
         final class DamagedStore: MetadataStore {
@@ -422,7 +437,7 @@ struct ChangeFeedTests {
                          PersistedEntry(path: "/gone/old.txt", file: PersistedFile(size: 1, modified: 0, id: "id:o", rev: "1", contentHash: nil))])
                 return nil
             }
-            func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) {}
+            func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) -> Bool { false }
             func clear() {}
         }
         dropbox.addFile("/a.txt", [1])
@@ -483,10 +498,11 @@ struct ChangeFeedTests {
             let gate = DispatchSemaphore(value: 0)
             let completed = Atomic<Int>(0)
             func load(_ receive: ([PersistedEntry]) -> Void) -> String? { nil }
-            func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) {
+            func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) -> Bool {
                 entered.signal()
                 gate.wait()
                 completed.add(1, ordering: .relaxed)
+                return true
             }
             func clear() {}
         }

@@ -66,7 +66,7 @@ struct SQLiteMetadataStoreTests {
         let store = try makeStore()
         store.save(Self.unicodeTree)
         let smaller = PersistedTree(cursor: "AAHcursor-2", entries: [Self.folder("/B"), Self.file("/B/x")])
-        store.save(smaller)
+        #expect(store.save(smaller), "says it wrote the tree")
         #expect(store.load() == smaller)
         store.save(Self.unicodeTree)
         #expect(store.load() == Self.unicodeTree)

@@ -497,6 +497,8 @@ public final class InMemoryStore: MetadataStore {
     public init() {}
     public let saved = Mutex<PersistedTree?>(nil)
     public let saves = Mutex(0)
+    /// While true, a save writes nothing and says so, as a store on a full disk.
+    public let failsToWrite = Atomic<Bool>(false)
     public func load(_ receive: ([PersistedEntry]) -> Void) -> String? {
         guard let tree = saved.withLock({ $0 }) else { return nil }
         // Two batches or more, as a large tree comes from a store.
@@ -505,11 +507,13 @@ public final class InMemoryStore: MetadataStore {
         receive(Array(tree.entries[half...]))
         return tree.cursor
     }
-    public func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) {
+    public func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) -> Bool {
+        if failsToWrite.load(ordering: .relaxed) { return false }
         var all: [PersistedEntry] = []
         entries { all.append($0) }
         saved.withLock { $0 = PersistedTree(cursor: cursor, entries: all) }
         saves.withLock { $0 += 1 }
+        return true
     }
     public func clear() { saved.withLock { $0 = nil } }
 }

@@ -41,6 +41,6 @@ final class DeferredStore: MetadataStore {
     }
 
     func load(_ receive: ([PersistedEntry]) -> Void) -> String? { store?.load(receive) }
-    func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) { store?.save(cursor: cursor, entries: entries) }
+    func save(cursor: String, entries: ((PersistedEntry) -> Void) -> Void) -> Bool { store?.save(cursor: cursor, entries: entries) ?? false }
     func clear() { store?.clear() }
 }

@@ -51,8 +51,10 @@ public protocol MetadataStore: Sendable {
     func load(_ receive: ([PersistedEntry]) -> Void) -> String?
     /// Replaces the saved tree with the entries `entries` hands to its argument, parents before
     /// children, and the cursor that continues from them. `entries` may be called more than once
-    /// (a store that finds its file damaged starts again on a fresh one).
-    func save(cursor: String, entries: (_ each: (PersistedEntry) -> Void) -> Void)
+    /// (a store that finds its file damaged starts again on a fresh one). Returns whether the tree
+    /// was written; a store that could not write it (a full disk, say) logs why.
+    @discardableResult
+    func save(cursor: String, entries: (_ each: (PersistedEntry) -> Void) -> Void) -> Bool
     /// Forgets the saved tree (its cursor was reset).
     func clear()
 }
@@ -65,7 +67,8 @@ extension MetadataStore {
         return PersistedTree(cursor: cursor, entries: entries)
     }
 
-    public func save(_ tree: PersistedTree) {
+    @discardableResult
+    public func save(_ tree: PersistedTree) -> Bool {
         save(cursor: tree.cursor) { each in tree.entries.forEach(each) }
     }
 }

@@ -62,7 +62,7 @@ extension DropboxFilesystem {
         }) else { return false }
         // Written as the walk goes: an array of every entry first would be hundreds of MiB for
         // an account of a million entries, on top of the tree.
-        store.save(cursor: cursor) { each in
+        let written = store.save(cursor: cursor) { each in
             tree.walkWithPaths { slot, path in
                 let file = tree.details(slot).map {
                     PersistedFile(size: $0.size, modified: $0.modified, id: $0.id, rev: $0.rev, contentHash: $0.contentHash,
@@ -71,7 +71,10 @@ extension DropboxFilesystem {
                 each(PersistedEntry(path: path, file: file))
             }
         }
-        return true
+        // Not written (the store logged why): still unsaved, so the feed's next periodic save and
+        // the one at unmount try again, rather than only a later change to the tree.
+        if !written { state.withLock { $0.feed.unsaved = true } }
+        return written
     }
 
     private func metadata(for entry: PersistedEntry) -> Metadata {
