@@ -235,7 +235,9 @@ struct KernelCacheTimeouts {
 /// `struct stat` for a node.
 func stat(_ attributes: NodeAttributes) -> stat {
     var st = CShims.stat()
-    st.st_ino = UInt(attributes.inode.rawValue)
+    // Not the node id the kernel addresses the node by (`fuse_entry_param.ino`): a number that is
+    // the same in every mount, for backup tools that compare it.
+    st.st_ino = UInt(attributes.serialNumber)
     let typeBits = switch attributes.kind {
     case .directory: UInt32(S_IFDIR)
     case .file: UInt32(S_IFREG)

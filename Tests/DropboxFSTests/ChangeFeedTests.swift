@@ -414,6 +414,40 @@ struct ChangeFeedTests {
         #expect(dropbox.counters.recursiveListFolder == 1, "the second mount caught up with continue only")
     }
 
+    @Test func everyMountShowsAFileOrFolderUnderTheSameInodeNumber() throws {
+        // restic and borg take a file whose inode number changed for a changed file, and read it
+        // again whole: after a remount, every file of the account.
+        dropbox.addFile("/Photos/2024/cat.jpg", [1])
+        dropbox.addFile("/Photos/dog.jpg", [2])
+        dropbox.addFile("/Notes/dog.jpg", [3])
+        let paths = ["Photos", "Photos/2024", "Photos/2024/cat.jpg", "Photos/dog.jpg", "Notes", "Notes/dog.jpg"]
+        func numbers(_ fs: DropboxFilesystem) throws -> [UInt64] { try paths.map { try resolve(fs, $0).serialNumber } }
+        let store = InMemoryStore()
+        let first = makeFS(store: store)
+        try startLive(first)
+        let shown = try numbers(first)
+        #expect(Set(shown + [1]).count == paths.count + 1, "each its own, the root's 1 apart: \(shown)")
+        #expect(shown.allSatisfy { $0 > 1 && $0 < 1 << 63 })
+        #expect(try first.attributes(of: .root).serialNumber == 1)
+        #expect(try resolve(first, "Photos/dog.jpg").inode.rawValue != shown[3], "not the node id of this mount")
+        first.stopChangeFeed()
+        first.persist()
+
+        // A remount from the saved tree, and a mount that lists afresh.
+        let second = makeFS(store: store)
+        defer { second.stopChangeFeed() }
+        try startLive(second)
+        #expect(try numbers(second) == shown)
+        let third = makeFS(api: dropbox)
+        defer { third.stopChangeFeed() }
+        try startLive(third)
+        #expect(try numbers(third) == shown)
+
+        // A file moved keeps its Dropbox id, and so its number, as a renamed file keeps its inode.
+        dropbox.move("/Photos/dog.jpg", to: "/Photos/2024/dog.jpg")
+        #expect(eventually { (try? resolve(third, "Photos/2024/dog.jpg"))?.serialNumber == shown[3] })
+    }
+
     @Test func aSaveTheStoreCouldNotWriteIsTriedAgainWithoutAnotherChange() throws {
         // A full disk, say: the tree stays unsaved, so the unmount's save (or the feed's next)
         // writes it once the store can, though nothing changed since.

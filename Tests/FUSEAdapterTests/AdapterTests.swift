@@ -32,10 +32,10 @@ struct AdapterTests {
     }
 
     @Test func statShowsTypePermissionsSizeAndTimes() {
-        let file = NodeAttributes(inode: InodeNumber(42), kind: .file, permissions: 0o444, size: 1025, linkCount: 1,
-                                  modified: 1_700_000_123, uid: 1000, gid: 100)
+        let file = NodeAttributes(inode: InodeNumber(42), serialNumber: 0x1234_5678_9ABC, kind: .file, permissions: 0o444,
+                                  size: 1025, linkCount: 1, modified: 1_700_000_123, uid: 1000, gid: 100)
         let st = FUSEAdapter.stat(file)
-        #expect(st.st_ino == 42)
+        #expect(st.st_ino == 0x1234_5678_9ABC, "the number every mount shows, not the node id")
         #expect(st.st_mode == UInt32(CShims.S_IFREG) | 0o444)
         #expect(st.st_size == 1025)
         #expect(st.st_blocks == 3)   // 512-byte blocks, rounded up, as du expects
@@ -44,7 +44,7 @@ struct AdapterTests {
         #expect(st.st_mtim.tv_sec == 1_700_000_123 && st.st_mtim.tv_nsec == 0)
         #expect(st.st_ctim.tv_sec == st.st_mtim.tv_sec)
 
-        let folder = NodeAttributes(inode: .root, kind: .directory, permissions: 0o555, size: 4096, linkCount: 3,
+        let folder = NodeAttributes(inode: .root, serialNumber: 1, kind: .directory, permissions: 0o555, size: 4096, linkCount: 3,
                                     modified: 5, uid: 0, gid: 0)
         let dir = FUSEAdapter.stat(folder)
         #expect(dir.st_mode == UInt32(CShims.S_IFDIR) | 0o555)

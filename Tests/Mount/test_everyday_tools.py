@@ -1,5 +1,7 @@
 """The tools the brief names besides ls and find: rsync -a, cp -a, tar, grep -r and du work on a
-mount as on the served folder, and a backup made with rsync stays up to date across mounts."""
+mount as on the served folder, and a backup made with rsync or restic stays up to date across
+mounts without reading the files again."""
+import json
 import os
 import shutil
 import subprocess
@@ -7,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_same_bytes, file_listing, run, wait_until_listed
+from conftest import Mount, assert_same_bytes, file_listing, required_tool, run, wait_until_listed
 
 
 def assert_same_tree(copy: Path, served: Path):
@@ -121,3 +123,69 @@ def test_du_counts_the_files_and_their_space(served, shared_mount):
         assert int(blocks) == (int(size) + 511) // 512, path
     total_kib = int(run("du", "-s", "-k", ".", cwd=shared_mount).split()[0])
     assert total_kib * 1024 >= sum(p.stat().st_size for p in served.rglob("*") if p.is_file())
+
+
+def inode_numbers(root: Path) -> dict[str, int]:
+    """Every entry's st_ino below `root`, by relative path, checked against its d_ino."""
+    numbers = {".": os.lstat(root).st_ino}
+    for folder, folders, files in os.walk(root):
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                rel = os.path.relpath(entry.path, root)
+                numbers[rel] = entry.stat(follow_symlinks=False).st_ino
+                assert entry.inode() == numbers[rel], f"readdir's d_ino of {rel} is stat's st_ino"
+    return numbers
+
+
+def test_every_mount_shows_the_same_inode_numbers(served, shared_mount, emulator, mount, tmp_path):
+    # Backup tools (restic, borg) take a file whose inode number changed for a changed file and
+    # read it again: numbers that changed with every mount made each backup read the whole Dropbox.
+    wait_until_listed(shared_mount)
+    shown = inode_numbers(shared_mount)
+    assert shown.keys() == inode_numbers(served).keys()
+    assert shown["."] == 1
+    assert len(set(shown.values())) == len(shown), "no two entries share a number"
+    # A new mount that lists afresh, and one that starts from the tree a mount before it saved.
+    fresh = mount()
+    wait_until_listed(fresh)
+    assert inode_numbers(fresh) == shown
+    cache = tmp_path / "saved-tree-cache"
+    first = Mount(emulator, tmp_path / "remounted", cache_home=cache)
+    wait_until_listed(first.mountpoint)
+    first.unmount()
+    second = Mount(emulator, tmp_path / "remounted", "--log-level", "info", cache_home=cache)
+    try:
+        assert inode_numbers(second.mountpoint) == shown
+        assert "loaded saved tree" in second.log()
+    finally:
+        second.unmount()
+
+
+def test_restic_backs_up_again_after_a_remount_without_reading_a_file(served, emulator, tmp_path):
+    restic = required_tool("restic", "restic")
+    env = dict(os.environ, RESTIC_REPOSITORY=str(tmp_path / "repository"), RESTIC_PASSWORD="not a secret",
+               RESTIC_CACHE_DIR=str(tmp_path / "restic-cache"))
+    subprocess.run([restic, "init", "--quiet"], env=env, check=True, capture_output=True)
+    folders = ["Photos", "names", "d1", "old.txt"]
+    expected_files = sum(1 for f in folders for p in [served / f, *(served / f).rglob("*")] if p.is_file())
+
+    def backup() -> dict:
+        # The same mount point each time: restic compares with the last snapshot of the same paths.
+        m = Mount(emulator, tmp_path / "mnt", cache_home=tmp_path / "cache")
+        try:
+            wait_until_listed(m.mountpoint)
+            emulator.reset_stats()
+            done = subprocess.run([restic, "backup", "--json", *folders], cwd=m.mountpoint, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr
+            summary = next(json.loads(line) for line in done.stdout.splitlines() if '"summary"' in line)
+            summary["downloaded"] = emulator.stats().get("download_bytes", 0)
+            return summary
+        finally:
+            m.unmount()
+
+    first = backup()
+    assert first["files_new"] == expected_files and first["downloaded"] > 0
+    again = backup()
+    assert (again["files_new"], again["files_changed"], again["files_unmodified"]) == (0, 0, expected_files)
+    assert again["downloaded"] == 0, "no file read again"

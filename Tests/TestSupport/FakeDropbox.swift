@@ -16,6 +16,8 @@ public final class FakeDropbox: DropboxAPI {
         public var exportAs = "html"
         /// A symbolic link's target (`symlink_info`): its content, as far as downloads go.
         public var symlinkTarget: String?
+        /// From the path it was first added at; a move keeps it, as Dropbox keeps an id.
+        public var id: String?
     }
 
     public struct Counters: Equatable {
@@ -191,6 +193,7 @@ public final class FakeDropbox: DropboxAPI {
     public func move(_ path: String, to destination: String) {
         contents.withLock { c in
             guard var item = c.items.removeValue(forKey: path.lowercased()) else { return }
+            item.id = item.id ?? "id:" + path.lowercased()
             let name = String(path.split(separator: "/").last ?? "")
             c.journal.append(.deleted(DeletedMetadata(name: name, pathLower: path.lowercased(), pathDisplay: path)))
             item.displayPath = destination
@@ -217,9 +220,9 @@ public final class FakeDropbox: DropboxAPI {
         let name = String(item.displayPath.split(separator: "/").last ?? "")
         let lower = item.displayPath.lowercased()
         if item.isFolder {
-            return .folder(FolderMetadata(name: name, id: "id:" + lower, pathLower: lower, pathDisplay: item.displayPath))
+            return .folder(FolderMetadata(name: name, id: item.id ?? "id:" + lower, pathLower: lower, pathDisplay: item.displayPath))
         }
-        return .file(FileMetadata(name: name, id: "id:" + lower, pathLower: lower, pathDisplay: item.displayPath,
+        return .file(FileMetadata(name: name, id: item.id ?? "id:" + lower, pathLower: lower, pathDisplay: item.displayPath,
                                   clientModified: item.modified, serverModified: item.modified, rev: item.rev,
                                   size: UInt64(item.content.count), isDownloadable: item.downloadable,
                                   contentHash: String(repeating: "a", count: 64),

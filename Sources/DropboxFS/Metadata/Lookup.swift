@@ -362,12 +362,14 @@ extension DropboxFilesystem {
             // 2 + subfolders once listed; 1 ("unknown", as find and fts understand it) before that,
             // because counting subfolders would cost a listing per folder shown.
             let links = tree.isComplete(slot) ? 2 + tree.subfolderCount(slot) : 1
-            return NodeAttributes(inode: slot.inode, kind: .directory, permissions: options.permissions(for: .directory),
+            return NodeAttributes(inode: slot.inode, serialNumber: tree.serialNumber(slot), kind: .directory,
+                                  permissions: options.permissions(for: .directory),
                                   size: 4096, linkCount: links, modified: tree.folderTime(slot) ?? folderModified,
                                   uid: options.uid, gid: options.gid)
         }
         let kind: NodeKind = tree.isSymlink(slot) ? .symlink : .file
-        return NodeAttributes(inode: slot.inode, kind: kind, permissions: options.permissions(for: kind),
+        return NodeAttributes(inode: slot.inode, serialNumber: tree.serialNumber(slot), kind: kind,
+                              permissions: options.permissions(for: kind),
                               size: tree.size(slot), linkCount: 1, modified: tree.modified(slot),
                               uid: options.uid, gid: options.gid)
     }

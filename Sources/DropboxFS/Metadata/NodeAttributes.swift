@@ -18,7 +18,10 @@ public enum NodeKind: Sendable, Equatable {
 
 /// What `stat` shows for one node.
 public struct NodeAttributes: Sendable, Equatable {
+    /// The kernel's handle for the node (FUSE's node id), valid while mounted.
     public var inode: InodeNumber
+    /// The inode number shown (`st_ino`, `d_ino`): the same in every mount (`Tree.serialNumber`).
+    public var serialNumber: UInt64
     public var kind: NodeKind
     /// Permission bits only (e.g. 0o444); the adapter adds the file-type bits.
     public var permissions: UInt32

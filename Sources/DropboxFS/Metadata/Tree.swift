@@ -2,8 +2,9 @@
 // bytes each (issue 5's memory target is 300 bytes per entry).
 //
 // - Every node is one fixed-size `Record` in one array; its index (a "slot") is its identity, and the
-//   inode number the kernel sees is slot + 1, so the root (slot 0) is inode 1. Slots are never
-//   reused while mounted: the kernel may still hold an old inode number, and reuse would alias it.
+//   node id the kernel addresses it by is slot + 1, so the root (slot 0) is node 1. Slots are never
+//   reused while mounted: the kernel may still hold an old node id, and reuse would alias it. The
+//   inode number `stat` shows is another, the same in every mount (`serialNumber`).
 // - Names, Dropbox ids, revs and content hashes live in one byte arena; a record holds offsets.
 //   Space freed by deletions is reclaimed by compacting the arena when it is mostly garbage.
 // - Children form a doubly linked sibling list (O(1) insert and remove, in-order readdir).
@@ -208,6 +209,38 @@ struct Tree {
         }
         result.reverse()
         return result
+    }
+
+    /// The inode number `stat` and `readdir` show for a node (`NodeAttributes.serialNumber`): the
+    /// same in every mount of the same Dropbox, since backup tools (restic, borg) take a file whose
+    /// number changed for a changed file and read it again whole. A file's comes from its Dropbox id,
+    /// which Dropbox keeps through renames and moves, as a disk keeps an inode; a folder's (or a
+    /// file's without an id) from its case-folded path, folder ids being neither kept in the saved
+    /// tree nor needed. The root's is 1. 63 bits, so that no reader sees a negative number.
+    func serialNumber(_ slot: Slot) -> UInt64 {
+        if slot == .root { return 1 }
+        let r = records[Int(slot.index)]
+        if r.flags & Flag.directory == 0, r.detailsOffset != Tree.noDetails,
+           arena[Int(r.detailsOffset)] != Self.rawHashMarker {
+            let id = field(at: Int(r.detailsOffset))
+            if id.length > 0 {
+                var hash = SerialNumberHash(domain: 1)
+                hash.add(arena[id.start..<(id.start + id.length)])
+                return hash.value
+            }
+        }
+        var below: [Slot] = []
+        var current = slot
+        while current != .root {
+            below.append(current)
+            current = parent(current)
+        }
+        var hash = SerialNumberHash(domain: 2)
+        for folder in below.reversed() {
+            hash.add(CollectionOfOne(UInt8(ascii: "/")))
+            hash.add(FoldedName(name(folder)).bytes)
+        }
+        return hash.value
     }
 
     /// Names from the root down to `slot` (empty for the root).
@@ -660,6 +693,28 @@ struct Tree {
 }
 
 /// A name folded the way lookups compare it: lowercased as Dropbox lowercases paths.
+/// FNV-1a over 64 bits, then a final mix (splitmix64's) so that ids differing in one character are
+/// far apart; never Swift's `Hasher`, which is seeded afresh in every process.
+struct SerialNumberHash {
+    private var state: UInt64 = 14_695_981_039_346_656_037
+
+    init(domain: UInt8) { add(CollectionOfOne(domain)) }
+
+    mutating func add(_ bytes: some Sequence<UInt8>) {
+        for byte in bytes { state = (state ^ UInt64(byte)) &* 1_099_511_628_211 }
+    }
+
+    /// At least 2 (1 is the root) and below 2^63.
+    var value: UInt64 {
+        var x = state
+        x = (x ^ (x >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        x = (x ^ (x >> 27)) &* 0x94D0_49BB_1331_11EB
+        x ^= x >> 31
+        x &= UInt64.max >> 1
+        return x < 2 ? x + 2 : x
+    }
+}
+
 struct FoldedName: Equatable {
     let bytes: [UInt8]
     let hash: UInt32
