@@ -104,6 +104,28 @@ import Testing
         }
     }
 
+    @Test func aFileOrFolderMovedOrRenamedKeepsItsID() throws {
+        // Dropbox keeps an entry's id through a move or rename, as a disk keeps an inode.
+        try withFixture(files: ["a.txt": "a", "Dir/inner.txt": "i"]) { f in
+            func id(_ path: String) -> String? {
+                f.rpc("files/get_metadata", #"{"path":"\#(path)"}"#).json["id"] as? String
+            }
+            let (file, folder, inner) = (id("/a.txt"), id("/Dir"), id("/Dir/inner.txt"))
+            #expect(file != nil && folder != nil && inner != nil)
+            let cursor = latestCursor(f)
+            try FileManager.default.moveItem(atPath: f.dir + "/a.txt", toPath: f.dir + "/Dir/renamed.txt")
+            try FileManager.default.moveItem(atPath: f.dir + "/Dir", toPath: f.dir + "/Moved")
+            #expect(id("/Moved/renamed.txt") == file)
+            #expect(id("/Moved") == folder)
+            #expect(id("/Moved/inner.txt") == inner)
+            // The feed says so too: the entries at the new paths carry the old ids.
+            let entries = f.cont(cursor).json["entries"] as! [[String: Any]]
+            let ids = Dictionary(entries.compactMap { e in (e["id"] as? String).map { (e["path_lower"] as! String, $0) } },
+                                 uniquingKeysWith: { $1 })
+            #expect(ids["/moved/renamed.txt"] == file && ids["/moved"] == folder)
+        }
+    }
+
     @Test func expiredCursorsAnswerReset() throws {
         try withFixture(files: ["a": "a"]) { f in
             let cursor = latestCursor(f)

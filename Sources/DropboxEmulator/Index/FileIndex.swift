@@ -41,6 +41,11 @@ final class FileIndex: Sendable {
         var byRev: [String: Node] = [:]
         /// How often a path has been deleted, so a re-created path gets a new id.
         var incarnations: [String: Int] = [:]
+        /// Ids of the entries removed by the inotify events being applied, by what makes them the
+        /// same on disk (`Node.diskIdentity`): one that reappears at another path among the same
+        /// events was moved, and keeps its id, as Dropbox keeps a file's or folder's id through a
+        /// move or rename. Emptied after each batch of events.
+        var movedAway: [String: String] = [:]
         var waiters: [Int: LongpollWaiter] = [:]
         var nextWaiter = 0
     }

@@ -34,6 +34,12 @@ final class Node {
         self.parent = parent
     }
 
+    /// What the disk keeps of the node through a rename: its inode, and for a file its size and
+    /// mtime too (an inode freed and given to a new file among the same events is another file).
+    var diskIdentity: String {
+        isDirectory ? "d\(inode)" : "f\(inode):\(size):\(mtime.tv_sec).\(mtime.tv_nsec)"
+    }
+
     var sortedKeys: [String] {
         if let cached = sortedKeysCache { return cached }
         let keys = children.keys.sorted()

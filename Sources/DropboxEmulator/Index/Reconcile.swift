@@ -38,6 +38,7 @@ extension FileIndex {
                     FileIndex.apply(wd: wd, mask: mask, name: name, rootPath: root, inotifyFD: fd, state: &state)
                 }
             }
+            state.movedAway.removeAll()
             guard state.seq != before else { return [] }
             return FileIndex.collectWakes(since: before, state: &state)
         }
@@ -147,7 +148,11 @@ extension FileIndex {
         let node = Node(name: name, isDirectory: isDir, parent: parent)
         fill(node, from: st, realPath: realPath)
         let pathLower = "/" + node.components.joined(separator: "/").dropboxLowercased
-        node.id = makeID(pathLower: pathLower, incarnation: state.incarnations[pathLower, default: 0])
+        if let id = state.movedAway.removeValue(forKey: node.diskIdentity), state.byID[id] == nil {
+            node.id = id
+        } else {
+            node.id = makeID(pathLower: pathLower, incarnation: state.incarnations[pathLower, default: 0])
+        }
         parent.children[name.dropboxLowercased] = node
         parent.invalidateOrder()
         state.byID[node.id] = node
@@ -169,6 +174,7 @@ extension FileIndex {
         func forget(_ n: Node) {
             let lower = "/" + n.components.joined(separator: "/").dropboxLowercased
             state.incarnations[lower, default: 0] += 1
+            state.movedAway[n.diskIdentity] = n.id
             if state.byID[n.id] === n { state.byID[n.id] = nil }
             if !n.isDirectory, state.byRev[n.rev] === n { state.byRev[n.rev] = nil }
             for child in n.children.values { forget(child) }
