@@ -151,8 +151,10 @@ def test_every_mount_shows_the_same_inode_numbers(served, shared_mount, emulator
     assert inode_numbers(fresh) == shown
     cache = tmp_path / "saved-tree-cache"
     first = Mount(emulator, tmp_path / "remounted", cache_home=cache)
-    wait_until_listed(first.mountpoint)
-    first.unmount()
+    try:
+        wait_until_listed(first.mountpoint)
+    finally:
+        first.unmount()
     second = Mount(emulator, tmp_path / "remounted", "--log-level", "info", cache_home=cache)
     try:
         assert inode_numbers(second.mountpoint) == shown

@@ -692,7 +692,6 @@ struct Tree {
     }
 }
 
-/// A name folded the way lookups compare it: lowercased as Dropbox lowercases paths.
 /// FNV-1a over 64 bits, then a final mix (splitmix64's) so that ids differing in one character are
 /// far apart; never Swift's `Hasher`, which is seeded afresh in every process.
 struct SerialNumberHash {
@@ -715,6 +714,7 @@ struct SerialNumberHash {
     }
 }
 
+/// A name folded the way lookups compare it: lowercased as Dropbox lowercases paths.
 struct FoldedName: Equatable {
     let bytes: [UInt8]
     let hash: UInt32
