@@ -24,10 +24,10 @@ install_missing -- fuse3 libfuse3-dev libcurl4-openssl-dev libsqlite3-dev libgd-
 # Thunar with tumbler, Dolphin with kio-extras (KIO's image thumbnailer), ImageMagick's import for
 # screenshots, a Prometheus server that scrapes a mount's metrics (Tests/Mount/test_metrics.py),
 # nghttpx, an HTTP/2 front to the emulator, as libcurl asks for over TLS
-# (Tests/Mount/test_tls_reads.py, the runner's HTTP/2 rows), and restic, a backup tool that
-# compares inode numbers across mounts (Tests/Mount/test_everyday_tools.py). Without recommends:
+# (Tests/Mount/test_tls_reads.py, the runner's HTTP/2 rows), and restic and borg, backup tools
+# that compare inode numbers across mounts (Tests/Mount/test_everyday_tools.py). Without recommends:
 # the GNOME and KDE search and sharing stacks they would pull in play no part in showing a folder.
-install_missing --no-install-recommends -- xvfb dbus-x11 nautilus thunar tumbler dolphin kio-extras imagemagick prometheus nghttp2-proxy restic
+install_missing --no-install-recommends -- xvfb dbus-x11 nautilus thunar tumbler dolphin kio-extras imagemagick prometheus nghttp2-proxy restic borgbackup
 
 # Python side of the test suite: pytest for the mount tests, the official Dropbox SDK for interop.
 if ! python3 -c "import pytest, dropbox, cryptography" 2>/dev/null; then

@@ -1,15 +1,16 @@
 """The tools the brief names besides ls and find: rsync -a, cp -a, tar, grep -r and du work on a
-mount as on the served folder, and a backup made with rsync or restic stays up to date across
+mount as on the served folder, and a backup made with rsync, restic or borg stays up to date across
 mounts without reading the files again."""
 import json
 import os
+import random
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import Mount, assert_same_bytes, file_listing, required_tool, run, wait_until_listed
+from conftest import Emulator, Mount, assert_same_bytes, file_listing, required_tool, run, wait_until_listed
 
 
 def assert_same_tree(copy: Path, served: Path):
@@ -191,3 +192,44 @@ def test_restic_backs_up_again_after_a_remount_without_reading_a_file(served, em
     again = backup()
     assert (again["files_new"], again["files_changed"], again["files_unmodified"]) == (0, 0, expected_files)
     assert again["downloaded"] == 0, "no file read again"
+
+
+def test_borg_backs_up_again_after_a_remount_reading_only_the_newest_file(tmp_path):
+    borg = required_tool("borg", "borgbackup")
+    # Files of distinct times: borg never keeps the newest file (by ctime) of a backup in its
+    # files cache, against changes within one timestamp's tick, and reads it again each time;
+    # every file within the newest second would be read again, whatever the mount showed.
+    served = tmp_path / "served"
+    (served / "a" / "b").mkdir(parents=True)
+    rng = random.Random(7)
+    files = [served / "a" / f"f{i}.bin" for i in range(12)] + [served / "a" / "b" / f"g{i}.bin" for i in range(4)]
+    for hour, path in enumerate(files):
+        path.write_bytes(rng.randbytes(20_000))
+        os.utime(path, (1_600_000_000 + hour * 3600,) * 2)
+    emulator = Emulator(served)
+    env = dict(os.environ, BORG_REPO=str(tmp_path / "repository"), BORG_BASE_DIR=str(tmp_path / "borg-home"),
+               BORG_PASSPHRASE="", BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK="yes")
+    try:
+        subprocess.run([borg, "init", "--encryption", "none"], env=env, check=True, capture_output=True)
+
+        def backup(name: str) -> tuple[list[str], int]:
+            m = Mount(emulator, tmp_path / "mnt", cache_home=tmp_path / "cache")
+            try:
+                wait_until_listed(m.mountpoint)
+                emulator.reset_stats()
+                # --list with A and M: the files borg read (added or modified); unchanged ones are not listed.
+                done = subprocess.run([borg, "create", "--list", "--filter", "AM", f"::{name}", "a"], cwd=m.mountpoint,
+                                      env=env, capture_output=True, text=True, timeout=300)
+                assert done.returncode == 0, done.stderr
+                read = sorted(line.split(" ", 1)[1] for line in done.stderr.splitlines() if line[:2] in ("A ", "M "))
+                return read, emulator.stats().get("download_bytes", 0)
+            finally:
+                m.unmount()
+
+        first, downloaded = backup("first")
+        assert len(first) == len(files) and downloaded == 20_000 * len(files)
+        again, downloaded = backup("again")
+        assert again == ["a/b/g3.bin"], "only the newest file, by borg's own rule"
+        assert downloaded == 20_000
+    finally:
+        emulator.stop()
