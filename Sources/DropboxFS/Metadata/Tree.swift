@@ -220,9 +220,8 @@ struct Tree {
     func serialNumber(_ slot: Slot) -> UInt64 {
         if slot == .root { return 1 }
         let r = records[Int(slot.index)]
-        if r.flags & Flag.directory == 0, r.detailsOffset != Tree.noDetails,
-           arena[Int(r.detailsOffset)] != Self.rawHashMarker {
-            let id = field(at: Int(r.detailsOffset))
+        if r.flags & Flag.directory == 0, r.detailsOffset != Tree.noDetails {
+            let id = field(at: Int(r.detailsOffset))   // the first of a file's details
             if id.length > 0 {
                 var hash = SerialNumberHash(domain: 1)
                 hash.add(arena[id.start..<(id.start + id.length)])
