@@ -53,6 +53,22 @@ def mount_status(mountpoint) -> dict:
     return json.loads(result.stdout)
 
 
+def wait_for(condition, seconds: float, interval: float = 0.05) -> bool:
+    """Whether `condition` holds within `seconds`. A path it looks at that is not there yet (the
+    change feed has not brought it) counts as the condition not holding, not as a failure."""
+    def holds() -> bool:
+        try:
+            return bool(condition())
+        except FileNotFoundError:
+            return False
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if holds():
+            return True
+        time.sleep(interval)
+    return holds()
+
+
 def wait_until_listed(mountpoint, timeout: float = 60) -> None:
     """Until the mount has listed its whole folder and follows the change feed."""
     deadline = time.monotonic() + timeout

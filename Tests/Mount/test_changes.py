@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import Emulator, Mount
+from conftest import Emulator, Mount, wait_for, wait_until_listed
 
 
 @pytest.fixture
@@ -19,26 +19,17 @@ def live(tmp_path):
     emulator = Emulator(served)
     mount = Mount(emulator, tmp_path / "mnt")
     try:
+        wait_until_listed(mount.mountpoint)   # the first listing is done and the feed is live
         yield served, mount.mountpoint
     finally:
         mount.unmount()
         emulator.stop()
 
 
-def wait_for(condition, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 def test_added_removed_and_rewritten_files_are_seen_within_two_seconds(live):
     served, mnt = live
     assert sorted(os.listdir(mnt / "docs")) == ["a.txt", "b.txt"]
     assert (mnt / "docs" / "a.txt").read_bytes() == b"first\n"
-    time.sleep(0.5)   # let the recursive listing finish and the feed go live
 
     (served / "docs" / "new.txt").write_bytes(b"brand new\n")
     assert wait_for(lambda: "new.txt" in os.listdir(mnt / "docs"), 2), "ls sees an added file"
@@ -62,7 +53,6 @@ def test_a_reader_never_mixes_sizes_and_bytes(live):
     target = served / "docs" / "versions.bin"
     # Version v is v+1 bytes, all of value v: any mix of size and content is detectable.
     target.write_bytes(bytes([0]))
-    time.sleep(0.5)
     assert wait_for(lambda: (mnt / "docs" / "versions.bin").exists(), 2)
     stop = threading.Event()
     problems = []
@@ -98,7 +88,6 @@ def test_a_reader_never_mixes_sizes_and_bytes(live):
 
 def test_a_handle_whose_file_changed_fails_with_estale_and_a_new_open_reads_the_new_content(live):
     served, mnt = live
-    time.sleep(0.5)   # let the recursive listing finish and the feed go live
     with open(mnt / "docs" / "a.txt", "rb", buffering=0) as old:
         assert old.read(5) == b"first"
         (served / "docs" / "a.txt").write_bytes(b"replaced while open\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Emulator, Mount
+from conftest import Emulator, Mount, wait_for
 
 
 def png_image(width: int, height: int, seed: int) -> bytes:
@@ -55,15 +55,6 @@ def gio_thumbnail(path: Path, cache_home: Path):
         elif line.startswith("thumbnail::is-valid:"):
             valid = line.endswith("TRUE")
     return found, valid
-
-
-def wait_for(condition, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 PHOTOS = 200
