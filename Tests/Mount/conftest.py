@@ -53,6 +53,11 @@ def mount_status(mountpoint) -> dict:
     return json.loads(result.stdout)
 
 
+# How long a test waits for the change feed to bring a change: long enough on a loaded machine.
+# How soon it comes is the benchmark runner's to measure (bench/run.py, its change-seen row).
+FEED_WAIT = 20
+
+
 def wait_for(condition, seconds: float, interval: float = 0.05) -> bool:
     """Whether `condition` holds within `seconds`. A path it looks at that is not there yet (the
     change feed has not brought it) counts as the condition not holding, not as a failure."""

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import Emulator, Mount, wait_for, wait_until_listed
+from conftest import FEED_WAIT, Emulator, Mount, wait_for, wait_until_listed
 
 
 @pytest.fixture
@@ -26,26 +26,28 @@ def live(tmp_path):
         emulator.stop()
 
 
-def test_added_removed_and_rewritten_files_are_seen_within_two_seconds(live):
+def test_added_removed_and_rewritten_files_are_seen_by_ls_stat_and_cat(live):
+    # How soon is the benchmark runner's to measure (its change-seen row), never a test's: the
+    # waits below only bound a mount that never shows the change.
     served, mnt = live
     assert sorted(os.listdir(mnt / "docs")) == ["a.txt", "b.txt"]
     assert (mnt / "docs" / "a.txt").read_bytes() == b"first\n"
 
     (served / "docs" / "new.txt").write_bytes(b"brand new\n")
-    assert wait_for(lambda: "new.txt" in os.listdir(mnt / "docs"), 2), "ls sees an added file"
+    assert wait_for(lambda: "new.txt" in os.listdir(mnt / "docs"), FEED_WAIT), "ls sees an added file"
     assert (mnt / "docs" / "new.txt").read_bytes() == b"brand new\n"
 
     (served / "docs" / "b.txt").unlink()
-    assert wait_for(lambda: not (mnt / "docs" / "b.txt").exists(), 2), "stat sees a removed file"
+    assert wait_for(lambda: not (mnt / "docs" / "b.txt").exists(), FEED_WAIT), "stat sees a removed file"
     assert "b.txt" not in os.listdir(mnt / "docs")
 
     (served / "docs" / "a.txt").write_bytes(b"second version, longer\n")
-    assert wait_for(lambda: os.stat(mnt / "docs" / "a.txt").st_size == 23, 2), "stat sees the new size"
+    assert wait_for(lambda: os.stat(mnt / "docs" / "a.txt").st_size == 23, FEED_WAIT), "stat sees the new size"
     assert subprocess.run(["cat", str(mnt / "docs" / "a.txt")], capture_output=True).stdout == b"second version, longer\n"
 
     (served / "docs" / "sub").mkdir()
     (served / "docs" / "sub" / "deep.txt").write_bytes(b"deep\n")
-    assert wait_for(lambda: (mnt / "docs" / "sub" / "deep.txt").exists(), 2), "a new folder and its file appear"
+    assert wait_for(lambda: (mnt / "docs" / "sub" / "deep.txt").exists(), FEED_WAIT), "a new folder and its file appear"
 
 
 def test_a_reader_never_mixes_sizes_and_bytes(live):
@@ -53,7 +55,7 @@ def test_a_reader_never_mixes_sizes_and_bytes(live):
     target = served / "docs" / "versions.bin"
     # Version v is v+1 bytes, all of value v: any mix of size and content is detectable.
     target.write_bytes(bytes([0]))
-    assert wait_for(lambda: (mnt / "docs" / "versions.bin").exists(), 2)
+    assert wait_for(lambda: (mnt / "docs" / "versions.bin").exists(), FEED_WAIT)
     stop = threading.Event()
     problems = []
 
@@ -91,7 +93,7 @@ def test_a_handle_whose_file_changed_fails_with_estale_and_a_new_open_reads_the_
     with open(mnt / "docs" / "a.txt", "rb", buffering=0) as old:
         assert old.read(5) == b"first"
         (served / "docs" / "a.txt").write_bytes(b"replaced while open\n")
-        assert wait_for(lambda: os.stat(mnt / "docs" / "a.txt").st_size == 20, 2), "the feed reports the new rev"
+        assert wait_for(lambda: os.stat(mnt / "docs" / "a.txt").st_size == 20, FEED_WAIT), "the feed reports the new rev"
         # The open handle is pinned to the old rev: its next read is stale, never a mix of the two.
         with pytest.raises(OSError) as stale:
             os.pread(old.fileno(), 64, 0)
@@ -140,7 +142,7 @@ def test_a_listing_that_outlives_deletions_ahead_of_it_misses_no_file_that_staye
     names = [f"f{i:04d}" for i in range(3000)]
     for name in names:
         (wide / name).write_bytes(b"x")
-    assert wait_for(lambda: len(os.listdir(mnt / "wide")) == 3000, 10)
+    assert wait_for(lambda: len(os.listdir(mnt / "wide")) == 3000, FEED_WAIT)
     time.sleep(1)
     assert len(os.listdir(mnt / "wide")) == 3000    # the listing the kernel keeps
     seen = []
@@ -150,7 +152,7 @@ def test_a_listing_that_outlives_deletions_ahead_of_it_misses_no_file_that_staye
             if len(seen) == 1001:
                 for name in names[:600]:
                     (wide / name).unlink()
-                assert wait_for(lambda: not (mnt / "wide" / names[599]).exists(), 10)
+                assert wait_for(lambda: not (mnt / "wide" / names[599]).exists(), FEED_WAIT)
                 time.sleep(2)
     assert len(seen) == len(set(seen)), "no entry twice"
     missed = sorted(set(names[600:]) - set(seen))
@@ -171,11 +173,11 @@ def test_with_names_in_any_case_a_spelling_other_than_dropboxs_follows_changes(t
         assert not (mnt / "LATE.TXT").exists()
         time.sleep(1)   # the feed goes live: from here the kernel may keep entries for the ttl (60 s)
         (served / "late.txt").write_bytes(b"late\n")
-        assert wait_for(lambda: (mnt / "LATE.TXT").exists(), 5), "a name looked up before it existed"
+        assert wait_for(lambda: (mnt / "LATE.TXT").exists(), FEED_WAIT), "a name looked up before it existed"
         (served / "readme.txt").unlink()
-        assert wait_for(lambda: not (mnt / "README.TXT").exists(), 5), "a removed file, by another spelling"
+        assert wait_for(lambda: not (mnt / "README.TXT").exists(), FEED_WAIT), "a removed file, by another spelling"
         (served / "readme.txt").write_bytes(b"second, longer\n")
-        assert wait_for(lambda: (mnt / "README.TXT").exists() and os.stat(mnt / "README.TXT").st_size == 15, 5)
+        assert wait_for(lambda: (mnt / "README.TXT").exists() and os.stat(mnt / "README.TXT").st_size == 15, FEED_WAIT)
         assert (mnt / "README.TXT").read_bytes() == b"second, longer\n"
     finally:
         mount.unmount()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Emulator, Mount, wait_for
+from conftest import FEED_WAIT, Emulator, Mount, wait_for
 
 
 def png_image(width: int, height: int, seed: int) -> bytes:
@@ -110,8 +110,8 @@ def test_ls_fills_the_cache_gio_trusts_without_downloading_a_photo(photos):
         photo.write_bytes(png_image(64, 64, 999))
         os.utime(photo, (1_750_000_000, 1_750_000_000))
         mounted = mount.mountpoint / "Photos" / "IMG_0007.png"
-        assert wait_for(lambda: os.stat(mounted).st_mtime == 1_750_000_000, 5), "the feed reports the new mtime"
-        assert wait_for(lambda: gio_thumbnail(mounted, cache_home)[1], 5), "GIO trusts the new thumbnail"
+        assert wait_for(lambda: os.stat(mounted).st_mtime == 1_750_000_000, FEED_WAIT), "the feed reports the new mtime"
+        assert wait_for(lambda: gio_thumbnail(mounted, cache_home)[1], FEED_WAIT), "GIO trusts the new thumbnail"
         assert stats(emulator).get("files/download", 0) == 0
     finally:
         mount.unmount()

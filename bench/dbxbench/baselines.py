@@ -4,6 +4,7 @@ import hashlib
 import json
 import random
 import subprocess
+import threading
 import time
 
 from .common import BenchError, STREAM_START_BYTES, TAIL_BYTES, TOKEN
@@ -52,6 +53,74 @@ def b_tail(ctx):
         f.seek(size - TAIL_BYTES)
         check = hashlib.sha256(f.read()).hexdigest()
     return {"seconds": seconds, "bytes": _curl_fields(out)[0], "check": check}
+
+
+def change_file_name():
+    """A name no run has used: a file change-seen writes into the served root and removes again."""
+    return f"change-seen-{time.time_ns()}.txt"
+
+
+def b_change_seen(ctx):
+    """What the API alone allows: a cursor of the whole account, a list_folder/longpoll on it
+    waiting when a file is written into the served folder, then list_folder/continue until the
+    file is among the entries. Timed from the write, as change-seen is; the file is removed after."""
+    import http.client
+    from urllib.parse import urlsplit
+    url = urlsplit(ctx.emulator.url)
+
+    def call(route, arg, timeout=60):
+        if url.scheme == "https":
+            connection = http.client.HTTPSConnection(url.hostname, url.port, timeout=timeout,
+                                                      context=ctx.emulator.ssl_context())
+        else:
+            connection = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+        try:
+            headers = {"Content-Type": "application/json"}
+            if route != "files/list_folder/longpoll":     # the one route without auth
+                headers["Authorization"] = f"Bearer {TOKEN}"
+            connection.request("POST", f"/2/{route}", body=json.dumps(arg), headers=headers)
+            response = connection.getresponse()
+            body = response.read()
+            if response.status != 200:
+                raise BenchError(f"{route} answered {response.status}: {body[:200]!r}")
+            return json.loads(body)
+        finally:
+            connection.close()
+
+    name = change_file_name()
+    cursor = call("files/list_folder/get_latest_cursor", {"path": "", "recursive": True})["cursor"]
+    answer, failure = {}, []
+
+    def longpoll():
+        try:
+            answer.update(call("files/list_folder/longpoll", {"cursor": cursor, "timeout": 60}, timeout=ctx.timeout))
+        except Exception as error:      # reported by the waiting side below
+            failure.append(error)
+    waiter = threading.Thread(target=longpoll, daemon=True)
+    waiter.start()
+    time.sleep(0.5)         # the longpoll is waiting at the emulator, as a mount's is
+    start = time.monotonic()
+    (ctx.root / name).write_bytes(name.encode())
+    try:
+        found = False
+        while not found:
+            waiter.join(ctx.timeout)
+            if failure or not answer.get("changes"):
+                raise BenchError(f"change-seen baseline: the longpoll brought no change ({failure or answer})")
+            page = {"has_more": True}
+            while page["has_more"] and not found:
+                page = call("files/list_folder/continue", {"cursor": cursor})
+                cursor = page["cursor"]
+                found = any(e.get("name") == name and e.get(".tag") == "file" and e.get("size") == len(name)
+                            for e in page["entries"])
+            if not found:       # the change was another one: wait for the next
+                answer.clear()
+                waiter = threading.Thread(target=longpoll, daemon=True)
+                waiter.start()
+        seconds = time.monotonic() - start
+    finally:
+        (ctx.root / name).unlink()
+    return {"seconds": seconds, "check": True}
 
 
 def b_pin_files(emulator, root, folder, timeout):

@@ -54,7 +54,10 @@ def _build_once(cache, key, what, build):
 
 def generate_fixtures(cache, spec):
     """Builds the served tree once per spec; later runs with the same spec reuse it."""
-    return _build_once(cache, dict(spec, version=FIXTURE_VERSION), "fixtures", lambda root: _build_fixtures(root, spec))
+    root = _build_once(cache, dict(spec, version=FIXTURE_VERSION), "fixtures", lambda root: _build_fixtures(root, spec))
+    for stray in root.glob("change-seen-*"):    # left by a change-seen run that was interrupted
+        stray.unlink()
+    return root
 
 
 def _build_fixtures(root, spec):

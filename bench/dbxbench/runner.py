@@ -186,7 +186,8 @@ class Runner:
         emulator.set_bandwidth(workload.get("bandwidth", self.args.bandwidth))
         # Read workloads time the read engine: they start once the mount has listed the account
         # (the metadata workloads time that listing), unless the workload is about a fresh mount.
-        settle = workload["kind"] == READ and workload.get("settle", True)
+        # A metadata workload that times the change feed starts there too.
+        settle = workload.get("settle", workload["kind"] == READ)
         cold, warm, baseline = [], [], []
         front_before = emulator.protocols() if workload.get("http2") else {}
         for repeat in range(self.args.repeats):
