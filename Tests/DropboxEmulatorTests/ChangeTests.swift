@@ -147,7 +147,9 @@ import Testing
         return f.curl("/2/files/list_folder/longpoll", args, timeout: 40)
     }
 
-    @Test func longpollWakesWithinASecond() throws {
+    /// How soon is the benchmark runner's to show (its change-seen row); the bound here is far below
+    /// the 30 s the longpoll would wait for nothing, and far above a loaded machine's scheduling.
+    @Test func longpollWakesOnAChangeLongBeforeItsTimeout() throws {
         try withFixture(files: ["a": "a"]) { f in
             let cursor = latestCursor(f)
             // curl runs as a child process, so the measurement does not depend on how busy the
@@ -167,7 +169,7 @@ import Testing
             p.waitUntilExit()
             let elapsed = clock.now - start
             #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "200")
-            #expect(elapsed < .seconds(1))
+            #expect(elapsed < .seconds(10))
         }
     }
 
