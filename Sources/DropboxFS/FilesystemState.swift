@@ -23,10 +23,22 @@ struct State {
         return handle
     }
 
-    mutating func addFileHandle(_ file: OpenFile) -> FileHandleID {
+    /// `newRevGetsANewNode`: whether a new rev of the file, while the handle is open, comes as a
+    /// new node (`Tree.openFiles`), which the kernel finds by looking the name up again. Not for
+    /// the mount point of a one-file mount: the kernel reaches that file through the root, which
+    /// no new node can replace.
+    mutating func addFileHandle(_ file: OpenFile, newRevGetsANewNode: Bool) -> FileHandleID {
         let handle = reserveHandle()
         fileHandles[handle] = file
+        if newRevGetsANewNode { tree.openFiles.insert(file.slot) }
         return handle
+    }
+
+    /// Forgets a file handle; nil if it was not open.
+    mutating func removeFileHandle(_ handle: FileHandleID) -> OpenFile? {
+        guard let file = fileHandles.removeValue(forKey: handle) else { return nil }
+        if !fileHandles.values.contains(where: { $0.slot == file.slot }) { tree.openFiles.remove(file.slot) }
+        return file
     }
 }
 

@@ -16,6 +16,7 @@ extension FSError {
         case .noAttribute: ENODATA
         case .attributeNamespaceUnsupported: EOPNOTSUPP
         case .changedSinceOpen: ESTALE
+        case .nodeGone: ESTALE
         case .bufferTooSmall: ERANGE
         case .upstream: EIO
         }

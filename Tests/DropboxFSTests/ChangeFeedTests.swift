@@ -153,6 +153,47 @@ struct ChangeFeedTests {
         #expect(try resolve(fs, "y").kind == .directory)
     }
 
+    @Test func aNewRevOfAnOpenFileIsANewNodeAndTheOpenHandleReadsOnAtItsRev() throws {
+        // As a file replaced on a local disk (a sync, an editor's save by rename): a handle open on
+        // it reads on what it opened, new opens read the new bytes, and the kernel's page cache,
+        // which is per node, never holds both.
+        let first = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 12) }
+        let second = Array(repeating: UInt8(9), count: 2 << 20)
+        dropbox.addFile("/movie.mp4", first)
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let before = try resolve(fs, "movie.mp4")
+        let old = try fs.open(before.inode).handle
+        #expect(try fs.read(old, offset: 0, size: 4096) == Array(first[0..<4096]))
+        invalidations.withLock { $0.removeAll() }
+        dropbox.addFile("/movie.mp4", second)
+        #expect(eventually { (try? resolve(fs, "movie.mp4").size) == UInt64(second.count) })
+        let after = try resolve(fs, "movie.mp4")
+        #expect(after.inode != before.inode, "a node of its own")
+        #expect(after.serialNumber == before.serialNumber, "the same file on Dropbox shows the same inode number")
+        #expect(invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "movie.mp4")),
+                "the kernel's entry, which leads to the old node, goes")
+        let far = first.count - 4096
+        #expect(try fs.read(old, offset: UInt64(far), size: 4096) == Array(first[far...]), "the handle reads on at its rev")
+        // The kernel may still have the old entry for a moment: the old node says ESTALE, and the
+        // kernel looks the name up again.
+        #expect(throws: FSError.nodeGone) { try fs.open(before.inode) }
+        #expect(throws: FSError.nodeGone) { try fs.attributes(of: before.inode) }
+        let new = try fs.open(after.inode)
+        #expect(new.contentUnchanged == false)
+        #expect(try fs.read(new.handle, offset: 0, size: 16) == Array(second[0..<16]))
+        fs.release(old)
+        fs.release(new.handle)
+        // Nothing open: the next rev changes the node in place, and its pages go.
+        invalidations.withLock { $0.removeAll() }
+        dropbox.addFile("/movie.mp4", first)
+        #expect(eventually { (try? resolve(fs, "movie.mp4").size) == UInt64(first.count) })
+        #expect(try resolve(fs, "movie.mp4").inode == after.inode)
+        #expect(invalidations.withLock { $0 }.contains(.inode(after.inode)))
+        #expect(try fs.open(after.inode).contentUnchanged == false)
+    }
+
     @Test func aRenameThatOnlyChangesCaseKeepsTheInode() throws {
         dropbox.addFile("/Notes.txt", [1])
         let fs = makeFS()

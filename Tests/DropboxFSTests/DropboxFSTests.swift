@@ -119,7 +119,9 @@ struct DropboxFSTests {
         #expect(throws: FSError.notFound) { try fs.lookup(parent: .root, name: "c") }
 
         clock.advance(by: 6)
-        #expect(throws: FSError.notFound) { try fs.attributes(of: a.inode) }
+        // ESTALE: the kernel, which asked through an entry it still had, looks the name up again.
+        #expect(throws: FSError.nodeGone) { try fs.attributes(of: a.inode) }
+        #expect(throws: FSError.notFound) { try fs.lookup(parent: .root, name: "a") }
         #expect(try path(fs, "c").size == 1)
         #expect(dropbox.counters.listFolder == 2, "one relisting refreshes all siblings")
     }
@@ -224,16 +226,18 @@ struct DropboxFSTests {
         #expect(throws: FSError.badHandle) { try fs.read(opened.handle, offset: 0, size: 1) }
     }
 
-    @Test func aFileReplacedAfterOpenFailsInsteadOfMixingContent() throws {
-        // 16 MiB, so that the read at 12 MiB is beyond what the first read fetched ahead (issue 6).
-        dropbox.addFile("/f", Array(repeating: 1, count: 16 << 20))
+    @Test func aFileReplacedAfterOpenReadsOnAtItsRevUntilDropboxNoLongerHasIt() throws {
+        // 64 MiB, so that the reads at 12 and 60 MiB are each beyond what the read before fetched ahead.
+        dropbox.addFile("/f", Array(repeating: 1, count: 64 << 20))
         let fs = makeFS()
         let opened = try fs.open(try path(fs, "f").inode)
         #expect(try fs.read(opened.handle, offset: 0, size: 10) == Array(repeating: 1, count: 10))
-        dropbox.addFile("/f", Array(repeating: 2, count: 16 << 20))
-        #expect(throws: FSError.self) { try fs.read(opened.handle, offset: 12 << 20, size: 10) }
-        do { _ = try fs.read(opened.handle, offset: 12 << 20, size: 10) } catch {
-            #expect(error != .notFound, "a vanished rev is an I/O error for the reader, not ENOENT")
+        dropbox.addFile("/f", Array(repeating: 2, count: 64 << 20))
+        #expect(try fs.read(opened.handle, offset: 12 << 20, size: 10) == Array(repeating: 1, count: 10),
+                "the handle's rev, never the new bytes")
+        dropbox.forgetFormerRevisions()
+        #expect(throws: FSError.changedSinceOpen, "a vanished rev is ESTALE for the reader, not ENOENT") {
+            try fs.read(opened.handle, offset: 60 << 20, size: 10)
         }
     }
 
@@ -241,26 +245,61 @@ struct DropboxFSTests {
         dropbox.addFile("/f", [1])
         let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(1)))
         let inode = try path(fs, "f").inode
-        #expect(try fs.open(inode).contentUnchanged == false)
-        #expect(try fs.open(inode).contentUnchanged == true)
+        let first = try fs.open(inode)
+        #expect(first.contentUnchanged == false)
+        fs.release(first.handle)
+        let second = try fs.open(inode)
+        #expect(second.contentUnchanged == true)
+        fs.release(second.handle)
         dropbox.addFile("/f", [2])
         clock.advance(by: 2)
-        #expect(try fs.open(inode).contentUnchanged == false, "open revalidates stale attributes")
+        let third = try fs.open(inode)
+        #expect(third.contentUnchanged == false, "open revalidates stale attributes")
+        #expect(try fs.read(third.handle, offset: 0, size: 4) == [2])
     }
 
-    @Test func pagesAHandleOfASupersededRevMayHaveLeftAreNotKept() throws {
+    @Test func aNewRevWhileAHandleIsOpenIsANewNodeWhosePagesAreNotTheOldOnes() throws {
         dropbox.addFile("/f", [1])
         let fs = makeFS(FilesystemOptions(metadataTTL: .seconds(1)))
         let inode = try path(fs, "f").inode
         let old = try fs.open(inode).handle
+        let second = try fs.open(inode)
+        #expect(second.contentUnchanged == true, "a second handle of the same rev keeps the pages")
+        fs.release(second.handle)
         dropbox.addFile("/f", [2])
         clock.advance(by: 2)
-        let new = try fs.open(inode)
-        #expect(new.contentUnchanged == false, "a handle of the old rev is still open")
-        fs.release(old)   // its reads may have left old pages in the kernel's cache
-        #expect(try fs.open(inode).contentUnchanged == false, "the old handle's pages must go")
-        #expect(try fs.open(inode).contentUnchanged == true, "opened at this rev since, with nothing else open")
+        #expect(throws: FSError.nodeGone, "the old node, reached through an entry the kernel still had") {
+            try fs.open(inode)
+        }
+        let replaced = try path(fs, "f")
+        #expect(replaced.inode != inode && replaced.size == 1)
+        let new = try fs.open(replaced.inode)
+        #expect(new.contentUnchanged == false)
+        #expect(try fs.read(new.handle, offset: 0, size: 4) == [2])
+        #expect(try fs.read(old, offset: 0, size: 4) == [1])
+        fs.release(old)
         fs.release(new.handle)
+        #expect(try fs.open(replaced.inode).contentUnchanged == true, "opened at this rev since")
+    }
+
+    @Test func aNodeRemovedBeforeAMassDeletionHasNoDetailsOnceTheArenaIsCompacted() throws {
+        // Deleting thousands of entries compacts the tree's byte arena: a node removed before then
+        // (a file deleted on Dropbox while a handle has it open) keeps offsets that point at bytes
+        // given to other nodes, or past the arena's end, and they are never read.
+        var tree = Tree()
+        func file(_ name: String) -> FileDetails {
+            FileDetails(size: 1, modified: 0, id: "id:/" + name, rev: "0123456789", contentHash: String(repeating: "a", count: 64))
+        }
+        let (deleted, _) = tree.upsert(parent: .root, name: "open.bin", details: file("open.bin"))
+        let long = String(repeating: "n", count: 150)
+        let others = (0..<10_000).map { tree.upsert(parent: .root, name: "\(long)-\($0)", details: file("\(long)-\($0)")).0 }
+        let (kept, _) = tree.upsert(parent: .root, name: "kept.txt", details: file("kept.txt"))
+        tree.remove(deleted)
+        #expect(tree.details(deleted) == nil)
+        for slot in others { tree.remove(slot) }   // the arena is compacted on the way
+        #expect(tree.details(deleted) == nil)
+        #expect(tree.details(kept)?.id == "id:/kept.txt")
+        #expect(tree.name(kept) == "kept.txt")
     }
 
     @Test func namesAreExactUnlessCaseInsensitive() throws {
@@ -509,5 +548,30 @@ struct RootFileTests {
         var gone = options
         gone.rootFileName = "missing.bin"
         #expect(throws: FSError.notFound) { try DropboxFilesystem(api: dropbox, options: gone, folderModified: 0).attributes(of: .root) }
+    }
+
+    @Test func aNewRevUnderAnOpenHandleIsStaleThereAndTheCacheIsNotKept() throws {
+        // The mount point stays the one node the kernel reaches the file by, so a new rev cannot
+        // come as a new node: the old handle's reads are ESTALE, and no handle keeps pages while
+        // another rev is or was open.
+        let dropbox = FakeDropbox()
+        let clock = ManualClock()
+        dropbox.addFile("/data.bin", [1])
+        var options = FilesystemOptions(metadataTTL: .seconds(1))
+        options.rootFileName = "data.bin"
+        let fs = DropboxFilesystem(api: dropbox, options: options, folderModified: 0, now: clock.now)
+        let old = try fs.open(.root).handle
+        dropbox.addFile("/data.bin", [2, 2])
+        clock.advance(by: 2)
+        let new = try fs.open(.root)
+        #expect(new.contentUnchanged == false && new.kernelSizeMayBeStale, "a handle of the old rev is still open")
+        #expect(try fs.read(new.handle, offset: 0, size: 4) == [2, 2])
+        #expect(throws: FSError.changedSinceOpen) { try fs.read(old, offset: 0, size: 4) }
+        fs.release(old)   // its reads may have left old pages in the kernel's cache
+        let third = try fs.open(.root)
+        #expect(third.contentUnchanged == false, "the old handle's pages must go")
+        fs.release(third.handle)
+        #expect(try fs.open(.root).contentUnchanged == true, "opened at this rev since")
+        fs.release(new.handle)
     }
 }

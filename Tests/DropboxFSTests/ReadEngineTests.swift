@@ -649,24 +649,28 @@ struct ReadEngineTests {
         #expect(dropbox.downloadedBytes <= UInt64(4 * Self.MiB), "downloaded \(dropbox.downloadedBytes) bytes")
     }
 
-    @Test func readAheadOfASupersededRevIsDroppedNotServed() throws {
+    @Test func readAheadOfARevDropboxNoLongerHasIsDroppedNotServed() throws {
         let content = Self.content(32 * Self.MiB)
         dropbox.addFile("/f.bin", content)
         let fs = makeFS(ttl: 1)
         let inode = try fs.lookup(parent: .root, name: "f.bin").inode
         let handle = try fs.open(inode).handle
         #expect(try fs.read(handle, offset: 0, size: 128 << 10) == Array(content[0..<(128 << 10)]))
-        #expect(try fs.read(handle, offset: 128 << 10, size: 128 << 10) == Array(content[(128 << 10)..<(256 << 10)]))
         #expect(fs.readAheadUsage.reserved > 0, "the stream holds read-ahead")
-        dropbox.addFile("/f.bin", Self.content(32 * Self.MiB, salt: 1))
+        let newer = Self.content(32 * Self.MiB, salt: 1)
+        dropbox.addFile("/f.bin", newer)
         clock.advance(by: 2)
-        _ = try fs.attributes(of: inode)   // the tree learns the new rev
-        // The bytes at 256 KiB were fetched ahead for the old rev; they must not be served now.
-        #expect(throws: FSError.changedSinceOpen) { try fs.read(handle, offset: 256 << 10, size: 128 << 10) }
+        let replaced = try fs.lookup(parent: .root, name: "f.bin")   // the tree learns the new rev
+        #expect(replaced.inode != inode)
+        // Read-ahead fetched for the handle's rev is its rev's bytes: still served.
+        #expect(try fs.read(handle, offset: 128 << 10, size: 128 << 10) == Array(content[(128 << 10)..<(256 << 10)]))
+        // Once Dropbox no longer has the rev, reads beyond what was fetched fail, and the stream's
+        // buffers go at once.
+        dropbox.forgetFormerRevisions()
+        #expect(throws: FSError.changedSinceOpen) { try fs.read(handle, offset: 30 * UInt64(Self.MiB), size: 128 << 10) }
         #expect(eventually { fs.readAheadUsage.reserved == 0 }, "the old rev's buffers are dropped at once")
-        // A new handle reads the new rev.
-        let fresh = try fs.open(inode).handle
-        #expect(try fs.read(fresh, offset: 0, size: 16) == Array(Self.content(32 * Self.MiB, salt: 1)[0..<16]))
+        let fresh = try fs.open(replaced.inode).handle
+        #expect(try fs.read(fresh, offset: 0, size: 16) == Array(newer[0..<16]))
     }
 
     @Test func aPartCutShortResumesFromTheByteWhereItStopped() throws {

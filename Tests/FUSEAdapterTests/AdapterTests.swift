@@ -15,7 +15,7 @@ struct AdapterTests {
         let table: [(FSError, Int32)] = [
             (.notFound, ENOENT), (.notADirectory, ENOTDIR), (.isADirectory, EISDIR), (.readOnly, EROFS),
             (.accessDenied, EACCES), (.badHandle, EBADF), (.noAttribute, ENODATA),
-            (.attributeNamespaceUnsupported, EOPNOTSUPP), (.changedSinceOpen, ESTALE), (.bufferTooSmall, ERANGE),
+            (.attributeNamespaceUnsupported, EOPNOTSUPP), (.changedSinceOpen, ESTALE), (.nodeGone, ESTALE), (.bufferTooSmall, ERANGE),
             (.upstream(.transport(code: 7, message: "refused")), EIO), (.upstream(.server(status: 503, body: "")), EIO),
         ]
         for (error, expected) in table { #expect(error.errno == expected, "\(error)") }

@@ -88,17 +88,32 @@ def test_a_reader_never_mixes_sizes_and_bytes(live):
     assert problems == []
 
 
-def test_a_handle_whose_file_changed_fails_with_estale_and_a_new_open_reads_the_new_content(live):
+def test_a_handle_open_on_a_file_rewritten_on_dropbox_reads_its_own_version_and_a_new_open_the_new_one(live):
+    # As on a local disk when a file is replaced by rename (a sync, an editor's save): the open
+    # handle keeps reading what it opened, never the new bytes; a new open reads the new content.
+    # The emulator keeps no earlier revs (Dropbox does), so past what the mount had fetched the
+    # old handle's reads fail with ESTALE.
     served, mnt = live
-    with open(mnt / "docs" / "a.txt", "rb", buffering=0) as old:
-        assert old.read(5) == b"first"
-        (served / "docs" / "a.txt").write_bytes(b"replaced while open\n")
-        assert wait_for(lambda: os.stat(mnt / "docs" / "a.txt").st_size == 20, FEED_WAIT), "the feed reports the new rev"
-        # The open handle is pinned to the old rev: its next read is stale, never a mix of the two.
-        with pytest.raises(OSError) as stale:
-            os.pread(old.fileno(), 64, 0)
-        assert stale.value.errno == errno.ESTALE
-    assert (mnt / "docs" / "a.txt").read_bytes() == b"replaced while open\n"
+    size = 32 << 20
+    (served / "docs" / "movie.bin").write_bytes(b"a" * size)
+    assert wait_for(lambda: os.stat(mnt / "docs" / "movie.bin").st_size == size, FEED_WAIT)
+    with open(mnt / "docs" / "movie.bin", "rb", buffering=0) as old:
+        assert old.read(1 << 20) == b"a" * (1 << 20)
+        replacement = served / "docs" / ".movie.tmp"
+        replacement.write_bytes(b"b" * (size // 2))
+        os.replace(replacement, served / "docs" / "movie.bin")
+        assert wait_for(lambda: os.stat(mnt / "docs" / "movie.bin").st_size == size // 2, FEED_WAIT)
+        assert (mnt / "docs" / "movie.bin").read_bytes() == b"b" * (size // 2), "a new open reads the new content"
+        assert os.pread(old.fileno(), 4096, 0) == b"a" * 4096, "the open handle reads its own version"
+        for offset in (size // 4, size - 4096):
+            try:
+                data = os.pread(old.fileno(), 4096, offset)
+            except OSError as error:
+                assert error.errno == errno.ESTALE, error     # a rev the emulator no longer has
+            else:
+                assert data == b"a" * 4096, f"bytes of another version at {offset}"
+    assert (mnt / "docs" / "movie.bin").read_bytes() == b"b" * (size // 2)
+    assert os.stat(mnt / "docs" / "movie.bin").st_size == size // 2
 
 
 def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):

@@ -35,6 +35,9 @@ public final class FakeDropbox: DropboxAPI {
 
     private struct Contents {
         var items: [String: Item] = [:]   // keyed by lowercased path
+        /// The bytes of revs a later write replaced, by rev: Dropbox keeps a file's earlier revs,
+        /// and `rev:` downloads them.
+        var formerRevisions: [String: [UInt8]] = [:]
         var counters = Counters()
         var failure: DropboxError?
         var thumbnailFailure: DropboxError?
@@ -172,6 +175,7 @@ public final class FakeDropbox: DropboxAPI {
             var item = Item(displayPath: path, isFolder: false, content: content,
                             rev: String(c.revCounter, radix: 16), modified: modified, downloadable: downloadable)
             item.exportAs = exportAs
+            if let replaced = c.items[path.lowercased()], !replaced.isFolder { c.formerRevisions[replaced.rev] = replaced.content }
             c.items[path.lowercased()] = item
             c.journal.append(metadata(item))
         }
@@ -201,6 +205,9 @@ public final class FakeDropbox: DropboxAPI {
             c.journal.append(metadata(item))
         }
     }
+
+    /// Forgets every rev a write replaced, as Dropbox does once a file's version history ends.
+    public func forgetFormerRevisions() { contents.withLock { $0.formerRevisions = [:] } }
 
     public func remove(_ path: String) {
         contents.withLock { c in
@@ -470,19 +477,21 @@ public final class FakeDropbox: DropboxAPI {
         return try contents.withLock { c throws(DropboxError) -> [UInt8] in
             c.counters.download += 1
             c.downloadRanges.append(range)
-            let item: Item?
+            let content: [UInt8]?
             if path.hasPrefix("rev:") {
                 let rev = String(path.dropFirst(4))
-                item = c.items.values.first { $0.rev == rev && !$0.isFolder }
+                content = c.items.values.first { $0.rev == rev && !$0.isFolder }?.content ?? c.formerRevisions[rev]
+            } else if let item = c.items[path.lowercased()] {
+                guard !item.isFolder else { throw .route(tags: ["path", "not_file"], summary: "path/not_file/") }
+                content = item.content
             } else {
-                item = c.items[path.lowercased()]
+                content = nil
             }
-            guard let item else { throw .route(tags: ["path", "not_found"], summary: "path/not_found/") }
-            guard !item.isFolder else { throw .route(tags: ["path", "not_file"], summary: "path/not_file/") }
-            let size = UInt64(item.content.count)
+            guard let content else { throw .route(tags: ["path", "not_found"], summary: "path/not_found/") }
+            let size = UInt64(content.count)
             guard range.lowerBound < size else { return [] }
             c.downloadedBytes += min(range.upperBound, size) - range.lowerBound
-            return Array(item.content[Int(range.lowerBound)..<Int(min(range.upperBound, size))])
+            return Array(content[Int(range.lowerBound)..<Int(min(range.upperBound, size))])
         }
     }
 }

@@ -23,11 +23,16 @@ public enum FSError: Error, Sendable, Equatable {
     /// The extended attribute's namespace (ACLs, security labels, ...) is not supported here.
     /// Tools such as `ls -l` stop asking a filesystem that says so, which saves two round trips per file.
     case attributeNamespaceUnsupported
-    /// The file changed in Dropbox after this handle was opened: its bytes can no longer be served
-    /// without mixing versions in the kernel's page cache, which all handles of an inode share.
-    /// ESTALE, as mountpoint-s3 answers for an object replaced under an open handle: the handle is
-    /// stale, and opening the file again reads the new content.
+    /// The rev this handle reads can no longer be served: Dropbox no longer has it (a handle reads
+    /// on at its rev through moves, deletions and new revs while Dropbox keeps that rev). ESTALE,
+    /// as NFS and mountpoint-s3 answer: the handle is stale, and opening the file again reads what
+    /// is there now.
     case changedSinceOpen
+    /// A node the tree no longer holds (its file moved, deleted, or given a new rev while open,
+    /// on Dropbox), reached through an entry the kernel still had. ESTALE: open, stat and the
+    /// other calls by path look the path up again once (the kernel's retry on ESTALE), and find
+    /// what is there now, or nothing.
+    case nodeGone
     /// The caller's buffer cannot hold the answer (getxattr and listxattr with too small a size).
     case bufferTooSmall
     /// Dropbox (or the way to it) failed; the operation cannot be answered correctly.
@@ -58,7 +63,8 @@ extension FSError: CustomStringConvertible {
         case .badHandle: "unknown handle"
         case .noAttribute: "no such attribute"
         case .attributeNamespaceUnsupported: "attribute namespace not supported"
-        case .changedSinceOpen: "changed in Dropbox since it was opened"
+        case .changedSinceOpen: "the version it was opened at is no longer on Dropbox"
+        case .nodeGone: "no longer in the tree at this node"
         case .bufferTooSmall: "buffer too small"
         case .upstream(let error): error.description
         }

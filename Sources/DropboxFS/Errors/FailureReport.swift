@@ -21,7 +21,7 @@ extension FSError {
     /// How loudly a failure of this kind is logged at the boundary.
     var logLevel: Logger.Level {
         switch self {
-        case .notFound, .notADirectory, .isADirectory, .symbolicLink, .notASymbolicLink, .noAttribute,
+        case .notFound, .nodeGone, .notADirectory, .isADirectory, .symbolicLink, .notASymbolicLink, .noAttribute,
              .attributeNamespaceUnsupported, .bufferTooSmall:
             .trace
         case .readOnly, .upstream, .accessDenied:

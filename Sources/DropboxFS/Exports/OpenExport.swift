@@ -16,7 +16,10 @@ extension DropboxFilesystem {
         let (handle, resized) = state.withLock { state -> (FileHandleID, Bool) in
             let resized = state.tree.isAlive(slot) && state.tree.size(slot) != UInt64(bytes.count)
             if resized { state.tree.setSize(slot, UInt64(bytes.count)) }
-            let handle = state.addFileHandle(OpenFile(slot: slot, rev: file.rev, size: UInt64(bytes.count), exported: bytes))
+            // Its bytes are the handle's own, answered with direct I/O, never through the page
+            // cache: a new rev of the document can change the node in place.
+            let handle = state.addFileHandle(OpenFile(slot: slot, rev: file.rev, size: UInt64(bytes.count), exported: bytes),
+                                             newRevGetsANewNode: false)
             return (handle, resized)
         }
         if resized { invalidate([.inode(slot.inode)]) }

@@ -78,7 +78,7 @@ extension DropboxFilesystem {
         try reporting(.getattr, inode: inode) { () throws(FSError) -> NodeAttributes in
             let slot = try revalidate(inode)
             return try state.withLock { state throws(FSError) -> NodeAttributes in
-                guard state.tree.isAlive(slot) else { throw .notFound }
+                guard state.tree.isAlive(slot) else { throw .nodeGone }
                 state.tree.markSizeReported(slot)
                 return attributes(of: slot, in: state.tree)
             }
@@ -91,7 +91,7 @@ extension DropboxFilesystem {
         try reporting(.readlink, inode: inode) { () throws(FSError) -> String in
             let slot = try revalidate(inode)
             return try state.withLock { state throws(FSError) -> String in
-                guard state.tree.isAlive(slot) else { throw .notFound }
+                guard state.tree.isAlive(slot) else { throw .nodeGone }
                 guard let target = state.tree.details(slot)?.symlinkTarget else { throw .notASymbolicLink }
                 return target
             }
@@ -111,7 +111,7 @@ extension DropboxFilesystem {
             }
         }
         let parent = try state.withLock { state throws(FSError) -> Slot? in
-            guard state.tree.isAlive(slot) else { throw .notFound }
+            guard state.tree.isAlive(slot) else { throw .nodeGone }
             guard slot != .root else { return nil }
             let parent = state.tree.parent(slot)
             // In a folder the first listing is still listing within a subtree, the entry is as

@@ -118,6 +118,10 @@ struct Tree {
     /// The extensions exports have been shown with ("html", "md", "xlsx", ...): the names a
     /// deleted document's export may have.
     private(set) var exportExtensions: Set<String> = []
+    /// Files a handle has open (kept by the filesystem's open and release). A new rev of one of
+    /// them becomes a new node (`Upsert.replaced`), so that the open handle reads on at its own
+    /// rev, as a file replaced on a local disk stays readable through the handles open on it.
+    var openFiles: Set<Slot> = []
 
     init() {
         var root = Record(parent: 0, nameOffset: 0, nameLength: 0, flags: Flag.directory | Flag.alive, foldedHash: 0)
@@ -162,9 +166,11 @@ struct Tree {
         }
     }
 
+    /// A live file's details; nil for a folder, and for a removed node, whose offsets may point
+    /// at bytes a compaction of the arena has since given to other nodes, or past its end.
     func details(_ slot: Slot) -> FileDetails? {
         let r = records[Int(slot.index)]
-        guard r.flags & Flag.directory == 0, r.detailsOffset != Tree.noDetails else { return nil }
+        guard r.flags & (Flag.alive | Flag.directory) == Flag.alive, r.detailsOffset != Tree.noDetails else { return nil }
         var offset = Int(r.detailsOffset)
         let id = readString(&offset)
         let rev = readString(&offset)
@@ -291,19 +297,28 @@ struct Tree {
         case added
         /// Same kind, same slot; `contentChanged` when a file's rev changed, `renamedFrom` when only the case differs.
         case updated(contentChanged: Bool, renamedFrom: String?)
+        /// A new rev of a file a handle has open, in a new slot; the old slot is removed, and the
+        /// handle reads on from it at its rev. `formerName` is the old node's spelling.
+        case replaced(formerName: String)
         case unchanged
     }
 
     /// Makes `name` under `parent` a folder (`details == nil`) or a file. A node of the other kind
-    /// at that name is removed with its subtree first and the new one gets a new slot.
+    /// at that name is removed with its subtree first and the new one gets a new slot; so is a
+    /// file open somewhere (`openFiles`) that gets a new rev.
     @discardableResult
     mutating func upsert(parent: Slot, name: String, details: FileDetails?) -> (Slot, Upsert) {
         let folded = FoldedName(name)
         let isFolder = details == nil
+        var formerName: String?
         if let existing = child(of: parent, folded: folded) {
-            // A file that becomes a link (or back) is a new node: the kernel never changes an
+            let newRevOfAnOpenFile = openFiles.contains(existing) && details != nil
+                && self.details(existing).map { $0.rev != details?.rev } == true
+            if newRevOfAnOpenFile { formerName = self.name(existing) }
+            // A file that becomes a link (or back) is a new node too: the kernel never changes an
             // inode's type.
-            if isDirectory(existing) == isFolder, isSymlink(existing) == (details?.symlinkTarget != nil) {
+            if !newRevOfAnOpenFile, isDirectory(existing) == isFolder,
+               isSymlink(existing) == (details?.symlinkTarget != nil) {
                 var outcome = Upsert.unchanged
                 let oldName = self.name(existing)
                 var renamedFrom: String?
@@ -343,7 +358,7 @@ struct Tree {
         }
         insertIntoIndex(slot)
         liveCount += 1
-        return (slot, .added)
+        return (slot, formerName.map { .replaced(formerName: $0) } ?? .added)
     }
 
     /// Removes `slot` and everything below it.
@@ -399,6 +414,7 @@ struct Tree {
         guard isAlive(slot) else { return }
         records[Int(slot.index)].flags &= ~Flag.openedAtCurrentRev
     }
+
 
     mutating func markComplete(_ folder: Slot, listedAt: Double) {
         records[Int(folder.index)].flags |= Flag.complete

@@ -181,6 +181,13 @@ struct TreeUpdate {
             }
             if contentChanged { changedFiles.append(slot) }
             invalidations.append(.inode(slot.inode))
+        case .replaced(let formerName):
+            // The kernel's entry (under either spelling) leads to the old node, which only the
+            // handles already open on it still use: the next lookup finds the new one.
+            invalidations.append(.entry(parent: parent.inode, name: formerName))
+            if !formerName.utf8.elementsEqual(name.utf8) { invalidations.append(.entry(parent: parent.inode, name: name)) }
+            invalidations.append(.inode(parent.inode))
+            changedFiles.append(slot)
         }
     }
 

@@ -14,11 +14,14 @@ extension DropboxFilesystem {
             let slot = try revalidate(inode)
             if let export = try openExport(slot) { return export }
             return try state.withLock { state throws(FSError) -> OpenedFile in
-                guard state.tree.isAlive(slot) else { throw .notFound }
+                guard state.tree.isAlive(slot) else { throw .nodeGone }
                 guard let file = state.tree.details(slot) else { throw .isADirectory }
                 guard file.symlinkTarget == nil else { throw .symbolicLink }
-                // The page cache is per inode. While a handle of another rev is open, its reads may
-                // still land there, so this handle bypasses the cache and keeps nothing.
+                // A new rev of a file open somewhere comes as a new node (`Tree.openFiles`), so
+                // the page cache, which is per node, never mixes two. Except at the mount point
+                // of a one-file mount, whose node stays: there, while a handle of another rev is
+                // open, its reads may still land in the cache, so this handle bypasses the cache
+                // and keeps nothing.
                 let otherRevOpen = state.fileHandles.values.contains { $0.slot == slot && $0.rev != file.rev }
                 let unchanged = state.tree.isOpenedAtCurrentRev(slot) && !otherRevOpen
                 state.tree.markOpenedAtCurrentRev(slot)
@@ -28,7 +31,8 @@ extension DropboxFilesystem {
                 }
                 let sizeMayBeStale = !state.tree.isSizeReported(slot) || otherRevOpen
                 let handle = state.addFileHandle(OpenFile(slot: slot, rev: rev, size: file.size, stream: stream,
-                                                          pageCached: !sizeMayBeStale))
+                                                          pageCached: !sizeMayBeStale),
+                                                 newRevGetsANewNode: inode != .root)
                 return OpenedFile(handle: handle, contentUnchanged: unchanged, kernelSizeMayBeStale: sizeMayBeStale)
             }
         }
@@ -53,10 +57,10 @@ extension DropboxFilesystem {
                 return .copying(exported[start..<min(exported.count, start + size)])
             }
             guard let stream = file.stream else { throw .badHandle }
-            // Bytes of a rev that is no longer current must not reach the page cache, where a newer
-            // handle of the same inode would read them; so the rev is checked before and after, and
-            // read-ahead of a superseded rev is dropped. Even an end-of-file answer is one: the reader
-            // may hold newer pages below it.
+            // Bytes of a rev that is not the node's must never reach its page cache, where every
+            // handle of the node reads them. A new rev of an open file comes as a new node, so this
+            // holds by construction; the rev is still checked before and after, and read-ahead of
+            // another rev dropped, so that no path that ever changed a rev in place could mix two.
             try ensureCurrent(file)
             guard offset < file.size, size > 0 else { return .empty }
             let bytes: FileBytes
@@ -83,12 +87,13 @@ extension DropboxFilesystem {
         invalidate([.pages(file.slot.inode, range)])
     }
 
-    /// Whether a handle opened at `rev` may go on reading. A new rev of its file ends it (ESTALE:
-    /// the page cache is per inode, and new opens see the new bytes). A file moved, renamed or
-    /// deleted on Dropbox does not: its slot is gone, so no open can reach its inode again and
-    /// nothing can mix, and its rev still names the same bytes (`rev:` downloads of a deleted
-    /// file's last rev work too), so an open file reads on as on a local disk after `mv` or
-    /// `rm`. Only if Dropbox no longer has the rev does the read fail with ESTALE.
+    /// Whether a handle opened at `rev` may go on reading: while its node is the file at that rev,
+    /// or is gone. A file moved, renamed, deleted or given a new rev on Dropbox while open leaves
+    /// the handle's node behind (a new rev gets a new node, `Tree.openFiles`): no open can reach
+    /// that node again and nothing can mix, and its rev still names the same bytes (`rev:`
+    /// downloads of earlier revs and of a deleted file's last rev work), so an open file reads on
+    /// as on a local disk after `mv`, `rm` or a rewrite by rename. Only if Dropbox no longer has
+    /// the rev does the read fail with ESTALE.
     private func isCurrent(slot: Slot, rev: String) -> Bool {
         state.withLock { !$0.tree.isAlive(slot) || $0.tree.details(slot)?.rev == rev }
     }
@@ -102,9 +107,9 @@ extension DropboxFilesystem {
 
     public func release(_ handle: FileHandleID) {
         let stream = state.withLock { state -> ReadStream? in
-            guard let file = state.fileHandles.removeValue(forKey: handle) else { return nil }
-            // A handle of a superseded rev may have left its pages in the cache: the next open
-            // must not keep them.
+            guard let file = state.removeFileHandle(handle) else { return nil }
+            // A handle of a superseded rev (at a one-file mount's mount point) may have left its
+            // pages in the cache: the next open must not keep them.
             if state.tree.details(file.slot)?.rev != file.rev { state.tree.clearOpenedAtCurrentRev(file.slot) }
             return file.stream
         }

@@ -32,10 +32,12 @@
 // budget too: read-ahead gets the budget less `directReadReserve`, so that four streams at
 // full tilt plus the reads fetched beside them stay within `--readahead-memory`.
 //
-// Versions. A stream belongs to one handle and so to one rev. Before each download attempt the
-// fetcher asks `isCurrent`; a part of a superseded rev fails with `changedSinceOpen` instead of
-// fetching, and the core drops the whole stream when a read finds the rev changed. Nothing of an
-// old rev is served once Dropbox has a newer one in the tree.
+// Versions. A stream belongs to one handle and so to one rev, downloaded by `rev:` whatever
+// Dropbox has at the path meanwhile. Before each download attempt the fetcher asks `isCurrent`
+// (whether the handle's node still shows that rev, or is gone); a part of a rev the node no longer
+// shows fails with `changedSinceOpen` instead of fetching, and the core drops the whole stream
+// when a read finds so. The core gives a new rev of an open file a new node, so this guards an
+// invariant; a rev Dropbox no longer has fails the same way.
 //
 // Failures. A part cut short is resumed from its first missing byte (the client itself resumes a
 // body cut mid-transfer; the engine resumes when the client gave up after some progress), so a
@@ -585,8 +587,8 @@ final class ReadEngine: Sendable {
                 // A call that made no progress is made once more (its own retries may all have
                 // met a flaky moment), but not after a timeout: that call waited its whole deadline.
                 guard error.isTransient, stalls < 2, !error.isTimeout || part.filledCount > done else {
-                    // The rev is gone only if the file changed after open (a handle of a file
-                    // deleted on Dropbox reads on by rev while Dropbox keeps it): ESTALE, not ENOENT.
+                    // Dropbox no longer has the rev (its version history ended, or a deleted
+                    // file's last rev went; until then a handle reads on by rev): ESTALE, not ENOENT.
                     if error.isRoute("path", "not_found") { return part.fail(.changedSinceOpen) }
                     return part.fail(error.isRoute("path") ? .upstream(error) : FSError(error))
                 }
