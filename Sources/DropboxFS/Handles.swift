@@ -11,6 +11,10 @@ struct OpenFile {
     var pageCached = true
     /// For an export document: its exported bytes, which every read of the handle is served from.
     var exported: [UInt8]? = nil
+    /// What `stat` showed of the file at open: answered for the handle's node once the tree no
+    /// longer holds it (`fstat` of a file moved, deleted or replaced on Dropbox), as a disk answers
+    /// for a file removed while open.
+    var shownAtOpen: NodeAttributes? = nil
 }
 
 /// A handle number the kernel passes back on every read, readdir and release.

@@ -73,6 +73,8 @@ public final class KernelInvalidator: @unchecked Sendable {
             _ = name.withCString { fuse_lowlevel_notify_inval_entry(session, parent.rawValue, $0, name.utf8.count) }
         case .inode(let inode):
             _ = fuse_lowlevel_notify_inval_inode(session, inode.rawValue, 0, 0)
+        case .attributes(let inode):
+            _ = fuse_lowlevel_notify_inval_inode(session, inode.rawValue, -1, 0)   // a negative offset: attributes only
         case .pages(let inode, let range):
             // The kernel waits for any of these pages being read; none of its reads waits for this thread.
             _ = fuse_lowlevel_notify_inval_inode(session, inode.rawValue, off_t(range.lowerBound), off_t(range.count))

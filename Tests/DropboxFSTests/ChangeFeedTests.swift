@@ -171,25 +171,33 @@ struct ChangeFeedTests {
         #expect(eventually { (try? resolve(fs, "movie.mp4").size) == UInt64(second.count) })
         let after = try resolve(fs, "movie.mp4")
         #expect(after.inode != before.inode, "a node of its own")
-        #expect(after.serialNumber == before.serialNumber, "the same file on Dropbox shows the same inode number")
+        #expect(after.serialNumber != before.serialNumber, "another inode number, as a file replaced by a rename")
         #expect(invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "movie.mp4")),
                 "the kernel's entry, which leads to the old node, goes")
         let far = first.count - 4096
         #expect(try fs.read(old, offset: UInt64(far), size: 4096) == Array(first[far...]), "the handle reads on at its rev")
-        // The kernel may still have the old entry for a moment: the old node says ESTALE, and the
-        // kernel looks the name up again.
+        // The kernel may still have the old entry for a moment: opening the old node says ESTALE,
+        // and the kernel looks the name up again.
         #expect(throws: FSError.nodeGone) { try fs.open(before.inode) }
-        #expect(throws: FSError.nodeGone) { try fs.attributes(of: before.inode) }
+        // fstat on the open handle: the old file, its number, no link, as a file replaced by a
+        // rename on a disk; the kernel is told to forget what it showed before.
+        let leftBehind = try fs.attributes(of: before.inode)
+        #expect(leftBehind.size == UInt64(first.count) && leftBehind.linkCount == 0)
+        #expect(leftBehind.serialNumber == before.serialNumber)
+        #expect(invalidations.withLock { $0 }.contains(.attributes(before.inode)))
+        #expect(!invalidations.withLock { $0 }.contains(.inode(before.inode)), "its pages stay for its handle")
         let new = try fs.open(after.inode)
         #expect(new.contentUnchanged == false)
         #expect(try fs.read(new.handle, offset: 0, size: 16) == Array(second[0..<16]))
         fs.release(old)
         fs.release(new.handle)
+        #expect(throws: FSError.nodeGone, "no handle has the old node open now") { try fs.attributes(of: before.inode) }
         // Nothing open: the next rev changes the node in place, and its pages go.
         invalidations.withLock { $0.removeAll() }
         dropbox.addFile("/movie.mp4", first)
         #expect(eventually { (try? resolve(fs, "movie.mp4").size) == UInt64(first.count) })
         #expect(try resolve(fs, "movie.mp4").inode == after.inode)
+        #expect(try resolve(fs, "movie.mp4").serialNumber == after.serialNumber, "its number stays while mounted")
         #expect(invalidations.withLock { $0 }.contains(.inode(after.inode)))
         #expect(try fs.open(after.inode).contentUnchanged == false)
     }

@@ -105,6 +105,9 @@ def test_a_handle_open_on_a_file_rewritten_on_dropbox_reads_its_own_version_and_
         assert wait_for(lambda: os.stat(mnt / "docs" / "movie.bin").st_size == size // 2, FEED_WAIT)
         assert (mnt / "docs" / "movie.bin").read_bytes() == b"b" * (size // 2), "a new open reads the new content"
         assert os.pread(old.fileno(), 4096, 0) == b"a" * 4096, "the open handle reads its own version"
+        kept, now = os.fstat(old.fileno()), os.stat(mnt / "docs" / "movie.bin")
+        assert (kept.st_size, kept.st_nlink) == (size, 0), "fstat: the file it opened, which no name leads to"
+        assert kept.st_ino != now.st_ino, "two files, as after a rename over a file on a disk"
         for offset in (size // 4, size - 4096):
             try:
                 data = os.pread(old.fileno(), 4096, offset)
@@ -114,6 +117,32 @@ def test_a_handle_open_on_a_file_rewritten_on_dropbox_reads_its_own_version_and_
                 assert data == b"a" * 4096, f"bytes of another version at {offset}"
     assert (mnt / "docs" / "movie.bin").read_bytes() == b"b" * (size // 2)
     assert os.stat(mnt / "docs" / "movie.bin").st_size == size // 2
+
+
+def test_tail_follows_a_file_rewritten_on_dropbox_by_name(live, tmp_path):
+    # `tail -F` keeps the file open and compares the inode number its name leads to with the one it
+    # opened: a rewrite shows as a new file there, as a rename over a file on a disk does, and
+    # tail opens the name again. (Before, the open file's next read failed with ESTALE.)
+    served, mnt = live
+    (served / "docs" / "log.txt").write_bytes(b"line one\n")
+    assert wait_for(lambda: (mnt / "docs" / "log.txt").exists(), FEED_WAIT)
+    output = tmp_path / "tail.out"
+    with open(output, "wb") as sink:
+        tail = subprocess.Popen(["tail", "-F", "-s", "0.2", str(mnt / "docs" / "log.txt")], stdout=sink,
+                                stderr=subprocess.STDOUT)
+    try:
+        assert wait_for(lambda: b"line one" in output.read_bytes(), FEED_WAIT)
+        for version in (b"line one\nline two\n", b"line one\nline two\nline three\n"):
+            replacement = served / "docs" / ".log.tmp"
+            replacement.write_bytes(version)
+            os.replace(replacement, served / "docs" / "log.txt")
+            last = version.splitlines()[-1]
+            assert wait_for(lambda: last in output.read_bytes(), FEED_WAIT), output.read_bytes()
+        assert output.read_bytes().count(b"has been replaced") == 2, output.read_bytes()
+        assert b"Stale file handle" not in output.read_bytes()
+    finally:
+        tail.kill()
+        tail.wait()
 
 
 def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):

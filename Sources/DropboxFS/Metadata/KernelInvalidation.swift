@@ -4,6 +4,9 @@ public enum KernelInvalidation: Sendable, Equatable {
     case entry(parent: InodeNumber, name: String)
     /// An inode's attributes and cached data (pages of a file, the listing of a folder).
     case inode(InodeNumber)
+    /// An inode's attributes only: its pages stay (those of a node left behind for the handles
+    /// open on it, `Tree.Upsert.replaced`).
+    case attributes(InodeNumber)
     /// A byte range of a file's cached pages, which a long read has passed (`DropBehind`); its
     /// contents are unchanged.
     case pages(InodeNumber, Range<UInt64>)

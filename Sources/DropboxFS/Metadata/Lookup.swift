@@ -76,12 +76,30 @@ extension DropboxFilesystem {
     /// that is stale.
     public func attributes(of inode: InodeNumber) throws(FSError) -> NodeAttributes {
         try reporting(.getattr, inode: inode) { () throws(FSError) -> NodeAttributes in
-            let slot = try revalidate(inode)
-            return try state.withLock { state throws(FSError) -> NodeAttributes in
-                guard state.tree.isAlive(slot) else { throw .nodeGone }
-                state.tree.markSizeReported(slot)
-                return attributes(of: slot, in: state.tree)
+            do throws(FSError) {
+                let slot = try revalidate(inode)
+                return try state.withLock { state throws(FSError) -> NodeAttributes in
+                    guard state.tree.isAlive(slot) else { throw .nodeGone }
+                    state.tree.markSizeReported(slot)
+                    return attributes(of: slot, in: state.tree)
+                }
+            } catch {
+                if error == .nodeGone, let leftBehind = attributesLeftBehind(inode) { return leftBehind }
+                throw error
             }
+        }
+    }
+
+    /// A node the tree no longer holds, as the handles still open on it see it (`fstat`): what it
+    /// showed at their open, with no link, as a disk shows a file removed or replaced while open.
+    /// nil when no handle has it open.
+    private func attributesLeftBehind(_ inode: InodeNumber) -> NodeAttributes? {
+        guard let slot = Slot(inode) else { return nil }
+        return state.withLock { state -> NodeAttributes? in
+            guard let file = state.fileHandles.values.first(where: { $0.slot == slot }),
+                  var shown = file.shownAtOpen else { return nil }
+            shown.linkCount = 0
+            return shown
         }
     }
 
@@ -357,7 +375,7 @@ extension DropboxFilesystem {
         state.withLock { ($0.tree.liveCount, $0.tree.approximateBytes) }
     }
 
-    private func attributes(of slot: Slot, in tree: Tree) -> NodeAttributes {
+    func attributes(of slot: Slot, in tree: Tree) -> NodeAttributes {
         if tree.isDirectory(slot) {
             // 2 + subfolders once listed; 1 ("unknown", as find and fts understand it) before that,
             // because counting subfolders would cost a listing per folder shown.

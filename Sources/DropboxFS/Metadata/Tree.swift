@@ -122,6 +122,8 @@ struct Tree {
     /// them becomes a new node (`Upsert.replaced`), so that the open handle reads on at its own
     /// rev, as a file replaced on a local disk stays readable through the handles open on it.
     var openFiles: Set<Slot> = []
+    /// The inode numbers of nodes that replaced an open file's (`serialNumber`).
+    private var renumbered: [Slot: UInt64] = [:]
 
     init() {
         var root = Record(parent: 0, nameOffset: 0, nameLength: 0, flags: Flag.directory | Flag.alive, foldedHash: 0)
@@ -223,8 +225,14 @@ struct Tree {
     /// which Dropbox keeps through renames and moves, as a disk keeps an inode; a folder's (or a
     /// file's without an id) from its case-folded path, folder ids being neither kept in the saved
     /// tree nor needed. The root's is 1. 63 bits, so that no reader sees a negative number.
+    ///
+    /// A new rev of a file open somewhere, which comes as a new node (`Upsert.replaced`), shows a
+    /// number of its own for as long as the mount runs (`renumbered`), while the node left behind
+    /// keeps the old one for its handles: as on a disk, where a file replaced by a rename is a new
+    /// inode, `tail -F` sees the name lead to another file and opens it again.
     func serialNumber(_ slot: Slot) -> UInt64 {
         if slot == .root { return 1 }
+        if !renumbered.isEmpty, let number = renumbered[slot] { return number }
         let r = records[Int(slot.index)]
         if r.flags & Flag.directory == 0, r.detailsOffset != Tree.noDetails {
             let id = field(at: Int(r.detailsOffset))   // the first of a file's details
@@ -245,6 +253,14 @@ struct Tree {
             hash.add(CollectionOfOne(UInt8(ascii: "/")))
             hash.add(FoldedName(name(folder)).bytes)
         }
+        return hash.value
+    }
+
+    /// The inode number of a file's new node at `rev`, from the number its node before showed.
+    private static func replacementSerialNumber(_ number: UInt64, rev: String) -> UInt64 {
+        var hash = SerialNumberHash(domain: 3)
+        hash.add((0..<8).lazy.map { UInt8(truncatingIfNeeded: number >> ($0 * 8)) })
+        hash.add(rev.utf8)
         return hash.value
     }
 
@@ -297,9 +313,9 @@ struct Tree {
         case added
         /// Same kind, same slot; `contentChanged` when a file's rev changed, `renamedFrom` when only the case differs.
         case updated(contentChanged: Bool, renamedFrom: String?)
-        /// A new rev of a file a handle has open, in a new slot; the old slot is removed, and the
-        /// handle reads on from it at its rev. `formerName` is the old node's spelling.
-        case replaced(formerName: String)
+        /// A new rev of a file a handle has open, in a new slot; the old slot (`former`) is
+        /// removed, and the handle reads on from it at its rev. `formerName` is its spelling.
+        case replaced(former: Slot, formerName: String)
         case unchanged
     }
 
@@ -310,11 +326,11 @@ struct Tree {
     mutating func upsert(parent: Slot, name: String, details: FileDetails?) -> (Slot, Upsert) {
         let folded = FoldedName(name)
         let isFolder = details == nil
-        var formerName: String?
+        var replaced: (slot: Slot, name: String, number: UInt64)?
         if let existing = child(of: parent, folded: folded) {
             let newRevOfAnOpenFile = openFiles.contains(existing) && details != nil
                 && self.details(existing).map { $0.rev != details?.rev } == true
-            if newRevOfAnOpenFile { formerName = self.name(existing) }
+            if newRevOfAnOpenFile { replaced = (existing, self.name(existing), serialNumber(existing)) }
             // A file that becomes a link (or back) is a new node too: the kernel never changes an
             // inode's type.
             if !newRevOfAnOpenFile, isDirectory(existing) == isFolder,
@@ -358,7 +374,10 @@ struct Tree {
         }
         insertIntoIndex(slot)
         liveCount += 1
-        return (slot, formerName.map { .replaced(formerName: $0) } ?? .added)
+        if let replaced, let rev = details?.rev {
+            renumbered[slot] = Self.replacementSerialNumber(replaced.number, rev: rev)
+        }
+        return (slot, replaced.map { .replaced(former: $0.slot, formerName: $0.name) } ?? .added)
     }
 
     /// Removes `slot` and everything below it.
@@ -414,7 +433,6 @@ struct Tree {
         guard isAlive(slot) else { return }
         records[Int(slot.index)].flags &= ~Flag.openedAtCurrentRev
     }
-
 
     mutating func markComplete(_ folder: Slot, listedAt: Double) {
         records[Int(folder.index)].flags |= Flag.complete

@@ -181,9 +181,12 @@ struct TreeUpdate {
             }
             if contentChanged { changedFiles.append(slot) }
             invalidations.append(.inode(slot.inode))
-        case .replaced(let formerName):
+        case .replaced(let former, let formerName):
             // The kernel's entry (under either spelling) leads to the old node, which only the
-            // handles already open on it still use: the next lookup finds the new one.
+            // handles already open on it still use: the next lookup finds the new one. The old
+            // node's attributes go too (it now shows no link), not its pages, which its handles
+            // read on.
+            invalidations.append(.attributes(former.inode))
             invalidations.append(.entry(parent: parent.inode, name: formerName))
             if !formerName.utf8.elementsEqual(name.utf8) { invalidations.append(.entry(parent: parent.inode, name: name)) }
             invalidations.append(.inode(parent.inode))

@@ -31,7 +31,8 @@ extension DropboxFilesystem {
                 }
                 let sizeMayBeStale = !state.tree.isSizeReported(slot) || otherRevOpen
                 let handle = state.addFileHandle(OpenFile(slot: slot, rev: rev, size: file.size, stream: stream,
-                                                          pageCached: !sizeMayBeStale),
+                                                          pageCached: !sizeMayBeStale,
+                                                          shownAtOpen: attributes(of: slot, in: state.tree)),
                                                  newRevGetsANewNode: inode != .root)
                 return OpenedFile(handle: handle, contentUnchanged: unchanged, kernelSizeMayBeStale: sizeMayBeStale)
             }
