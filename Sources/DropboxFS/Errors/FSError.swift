@@ -31,7 +31,8 @@ public enum FSError: Error, Sendable, Equatable {
     /// A node the tree no longer holds (its file moved, deleted, or given a new rev while open,
     /// on Dropbox), reached through an entry the kernel still had. ESTALE: open, stat and the
     /// other calls by path look the path up again once (the kernel's retry on ESTALE), and find
-    /// what is there now, or nothing.
+    /// what is there now, or nothing. (While a handle has the node open, getattr answers what
+    /// the handle saw instead, for its `fstat`.)
     case nodeGone
     /// The caller's buffer cannot hold the answer (getxattr and listxattr with too small a size).
     case bufferTooSmall
