@@ -45,6 +45,8 @@ struct State {
 /// An open folder: its entries as a reader reading from the start found them (`.` and `..` first).
 struct OpenDirectory {
     let folder: Slot
+    /// The folder as it was shown when opened: `fstat` of the handle once Dropbox no longer has it.
+    let shownAtOpen: NodeAttributes
     /// Whether opening it listed the folder: the kernel's cached listing may be older than the
     /// invalidations that listing queued, so it must not be kept.
     var listedByOpen = false

@@ -7,7 +7,7 @@ import Foundation
 /// forbids notifying from the execution path of a related request: a lookup that relists a folder
 /// would otherwise deadlock invalidating that folder's entries, and a read dropping pages would
 /// wait on pages the kernel holds locked until that very read is answered.
-/// The corresponding C functions are `fuse_lowlevel_notify_inval_entry` and `_inval_inode`.
+/// The corresponding C functions are `fuse_lowlevel_notify_inval_entry`, `_delete` and `_inval_inode`.
 public final class KernelInvalidator: @unchecked Sendable {
     // `session` stays valid until `stop()` returns (MountRuntime's MountSession calls it before destroying the
     // session); `pending`, `stopping` and `running` are only touched under `condition`.
@@ -71,6 +71,16 @@ public final class KernelInvalidator: @unchecked Sendable {
         switch invalidation {
         case .entry(let parent, let name):
             _ = name.withCString { fuse_lowlevel_notify_inval_entry(session, parent.rawValue, $0, name.utf8.count) }
+        case .removed(let parent, let name, let node):
+            let result = name.withCString {
+                fuse_lowlevel_notify_delete(session, parent.rawValue, node.rawValue, $0, name.utf8.count)
+            }
+            // The kernel forgets the entry before it checks the node, so a name that leads
+            // elsewhere by now (ENOENT) or a folder with entries still in use (ENOTEMPTY) is
+            // forgotten all the same; a kernel without the call (ENOSYS) is told the old way.
+            if result == -ENOSYS {
+                _ = name.withCString { fuse_lowlevel_notify_inval_entry(session, parent.rawValue, $0, name.utf8.count) }
+            }
         case .inode(let inode):
             _ = fuse_lowlevel_notify_inval_inode(session, inode.rawValue, 0, 0)
         case .attributes(let inode):

@@ -110,6 +110,7 @@ struct ChangeFeedTests {
         try startLive(fs)
         let folder = try resolve(fs, "F2")
         let old = try resolve(fs, "F2/file1.txt")
+        let deleted = try resolve(fs, "F2/file2.txt")
         invalidations.withLock { $0.removeAll() }
 
         dropbox.addFile("/F2/new.txt", Array("fresh".utf8))
@@ -124,7 +125,8 @@ struct ChangeFeedTests {
         let told = invalidations.withLock { $0 }
         #expect(told.contains(.entry(parent: folder.inode, name: "new.txt")))
         #expect(told.contains(.inode(old.inode)))
-        #expect(told.contains(.entry(parent: folder.inode, name: "file2.txt")))
+        #expect(told.contains(.removed(parent: folder.inode, name: "file2.txt", node: deleted.inode)),
+                "a deleted file's node is told gone, so one still open shows no link")
         #expect(told.contains(.inode(folder.inode)))
         #expect(dropbox.counters.listFolder == 0)
     }
@@ -172,8 +174,8 @@ struct ChangeFeedTests {
         let after = try resolve(fs, "movie.mp4")
         #expect(after.inode != before.inode, "a node of its own")
         #expect(after.serialNumber != before.serialNumber, "another inode number, as a file replaced by a rename")
-        #expect(invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "movie.mp4")),
-                "the kernel's entry, which leads to the old node, goes")
+        #expect(invalidations.withLock { $0 }.contains(.removed(parent: .root, name: "movie.mp4", node: before.inode)),
+                "the kernel's entry, which leads to the old node, goes, and the old node shows no link")
         let far = first.count - 4096
         #expect(try fs.read(old, offset: UInt64(far), size: 4096) == Array(first[far...]), "the handle reads on at its rev")
         // The kernel may still have the old entry for a moment: opening the old node says ESTALE,
@@ -200,6 +202,28 @@ struct ChangeFeedTests {
         #expect(try resolve(fs, "movie.mp4").serialNumber == after.serialNumber, "its number stays while mounted")
         #expect(invalidations.withLock { $0 }.contains(.inode(after.inode)))
         #expect(try fs.open(after.inode).contentUnchanged == false)
+    }
+
+    @Test func aFolderDeletedWhileOpenIsToldGoneAndItsHandleShowsItWithNoLink() throws {
+        // As `rmdir` of a folder a program has open on a disk: the kernel is told the node is
+        // gone (it then shows it with no link, and lists nothing in it), and `fstat` of the
+        // handle, which reaches the mount once the kernel's attributes are forgotten, answers what
+        // the folder showed at open, with no link.
+        seedTree()
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let folder = try resolve(fs, "F3")
+        let handle = try fs.openDirectory(folder.inode)
+        invalidations.withLock { $0.removeAll() }
+        dropbox.remove("/F3")
+        #expect(eventually { (try? resolve(fs, "F3")) == nil })
+        #expect(eventually { invalidations.withLock { $0 }.contains(.removed(parent: .root, name: "F3", node: folder.inode)) })
+        let leftBehind = try fs.attributes(of: folder.inode)
+        #expect(leftBehind.kind == .directory && leftBehind.linkCount == 0)
+        #expect(leftBehind.serialNumber == folder.serialNumber)
+        fs.releaseDirectory(handle)
+        #expect(throws: FSError.nodeGone, "no handle has it open now") { try fs.attributes(of: folder.inode) }
     }
 
     @Test func aRenameThatOnlyChangesCaseKeepsTheInode() throws {
@@ -264,7 +288,7 @@ struct ChangeFeedTests {
         #expect(try resolve(fs, "keep.txt").inode == keep, "what survives keeps its inode")
         #expect(eventually { fs.isFeedLive })
         // Sent once the tree's lock is let go: maybe just after the feed went live.
-        #expect(eventually { invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "gone")) })
+        #expect(eventually { invalidations.withLock { $0 }.containsRemoval(of: "gone", in: .root) })
     }
 
     @Test func aMountedFolderThatContinueCannotFindIsShownEmptyUntilItIsBack() throws {
@@ -278,7 +302,7 @@ struct ChangeFeedTests {
         dropbox.silentlyRemove("/Photos")
         dropbox.fail(with: .route(tags: ["path", "not_found"], summary: "path/not_found/"))
         #expect(eventually { (try? names(fs, .root)) == [] }, "not its old tree for good")
-        #expect(eventually { invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "a.jpg")) })
+        #expect(eventually { invalidations.withLock { $0 }.containsRemoval(of: "a.jpg", in: .root) })
         #expect(!fs.isFeedLive)
         dropbox.fail(with: nil)
         dropbox.addFolder("/Photos")
@@ -297,7 +321,7 @@ struct ChangeFeedTests {
         _ = try resolve(fs, "Album/a.jpg")
         dropbox.journal([.deleted(DeletedMetadata(name: "Photos", pathLower: "/photos", pathDisplay: "/Photos"))])
         #expect(eventually { (try? names(fs, .root)) == [] })
-        #expect(eventually { invalidations.withLock { $0 }.contains(.entry(parent: .root, name: "Album")) })
+        #expect(eventually { invalidations.withLock { $0 }.containsRemoval(of: "Album", in: .root) })
     }
 
     @Test func aFolderListedAgainKeepsAChangeTheFeedAppliedWhileItWasListed() throws {
@@ -322,7 +346,7 @@ struct ChangeFeedTests {
             if calls.next() == 1 {
                 // While this listing is on its way back, b.txt is deleted and the feed applies it.
                 dropbox.remove("/F/b.txt")
-                _ = eventually { invalidations.withLock { $0 }.contains(.entry(parent: folder.inode, name: "b.txt")) }
+                _ = eventually { invalidations.withLock { $0 }.containsRemoval(of: "b.txt", in: folder.inode) }
             } else {
                 dropbox.injectListing("/F", nil)
             }
@@ -669,5 +693,12 @@ struct ChangeFeedTests {
         let perEntry = Double(tree.approximateBytes) / Double(tree.liveCount)
         print("tree bytes per entry at \(count) entries: \(Int(perEntry))")
         #expect(perEntry < 300)
+    }
+}
+
+extension Array where Element == KernelInvalidation {
+    /// Whether the kernel is told that `name` in `parent` leads to a node that is gone.
+    func containsRemoval(of name: String, in parent: InodeNumber) -> Bool {
+        contains { if case .removed(parent, name, _) = $0 { true } else { false } }
     }
 }

@@ -424,7 +424,7 @@ struct ParallelFillTests {
         // listing does not show the file, but only adds and updates.
         // The feed goes live before that listing again is in.
         #expect(eventually { fs.isFeedLive })
-        #expect(eventually { invalidated.withLock { $0 }.contains(.entry(parent: .root, name: "gone.txt")) })
+        #expect(eventually { invalidated.withLock { $0 }.containsRemoval(of: "gone.txt", in: .root) })
         #expect(throws: FSError.notFound) { try fs.lookup(parent: .root, name: "gone.txt") }
     }
 

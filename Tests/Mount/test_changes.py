@@ -119,6 +119,33 @@ def test_a_handle_open_on_a_file_rewritten_on_dropbox_reads_its_own_version_and_
     assert os.stat(mnt / "docs" / "movie.bin").st_size == size // 2
 
 
+def test_a_file_and_a_folder_deleted_on_dropbox_while_open_show_no_link_at_once(live):
+    # As on a disk after `rm` of an open file or `rmdir` of a shell's folder: once the name is
+    # gone, fstat of what is still open shows no link (before, the kernel kept showing 1 until
+    # its attribute cache expired, a minute on a live mount), and the folder lists nothing.
+    served, mnt = live
+    (served / "docs" / "gone.txt").write_bytes(b"going\n")
+    (served / "docs" / "empty-soon").mkdir()
+    (served / "docs" / "empty-soon" / "inside.txt").write_bytes(b"in\n")
+    assert wait_for(lambda: (mnt / "docs" / "empty-soon" / "inside.txt").exists(), FEED_WAIT)
+    with open(mnt / "docs" / "gone.txt", "rb") as handle:
+        folder = os.open(mnt / "docs" / "empty-soon", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            assert os.fstat(handle.fileno()).st_nlink == 1
+            os.stat(mnt / "docs" / "empty-soon" / "inside.txt")   # a cached entry below it
+            (served / "docs" / "gone.txt").unlink()
+            (served / "docs" / "empty-soon" / "inside.txt").unlink()
+            (served / "docs" / "empty-soon").rmdir()
+            assert wait_for(lambda: not (mnt / "docs" / "empty-soon").exists()
+                            and not (mnt / "docs" / "gone.txt").exists(), FEED_WAIT)
+            assert os.fstat(handle.fileno()).st_nlink == 0, "the open file no name leads to"
+            assert os.fstat(folder).st_nlink == 0, "the open folder no name leads to"
+            assert os.listdir(folder) == [], "a removed folder lists nothing (getdents: ENOENT, which readdir takes as the end)"
+        finally:
+            os.close(folder)
+    assert sorted(os.listdir(mnt / "docs")) == ["a.txt", "b.txt"]
+
+
 def test_tail_follows_a_file_rewritten_on_dropbox_by_name(live, tmp_path):
     # `tail -F` keeps the file open and compares the inode number its name leads to with the one it
     # opened: a rewrite shows as a new file there, as a rename over a file on a disk does, and

@@ -91,13 +91,14 @@ extension DropboxFilesystem {
     }
 
     /// A node the tree no longer holds, as the handles still open on it see it (`fstat`): what it
-    /// showed at their open, with no link, as a disk shows a file removed or replaced while open.
-    /// nil when no handle has it open.
+    /// showed at their open, with no link, as a disk shows a file removed or replaced while open,
+    /// or a folder removed while a shell is in it. nil when no handle has it open.
     private func attributesLeftBehind(_ inode: InodeNumber) -> NodeAttributes? {
         guard let slot = Slot(inode) else { return nil }
         return state.withLock { state -> NodeAttributes? in
-            guard let file = state.fileHandles.values.first(where: { $0.slot == slot }),
-                  var shown = file.shownAtOpen else { return nil }
+            let shownAtOpen = state.fileHandles.values.first(where: { $0.slot == slot })?.shownAtOpen
+                ?? state.directoryHandles.values.first(where: { $0.folder == slot })?.shownAtOpen
+            guard var shown = shownAtOpen else { return nil }
             shown.linkCount = 0
             return shown
         }
@@ -180,7 +181,7 @@ extension DropboxFilesystem {
                     let tree = state.tree
                     guard tree.isAlive(folder) else { throw .notFound }
                     guard tree.isDirectory(folder) else { throw .notADirectory }
-                    state.directoryHandles[handle] = OpenDirectory(folder: folder,
+                    state.directoryHandles[handle] = OpenDirectory(folder: folder, shownAtOpen: attributes(of: folder, in: tree),
                                                                    listedByOpen: tree.listedAt(folder) != listedBefore)
                     state.feed.foldersOpenedDuringFill?.insert(folder)
                     return thumbnailer == nil ? [] : tree.children(of: folder).compactMap { thumbnailTarget($0, in: tree) }

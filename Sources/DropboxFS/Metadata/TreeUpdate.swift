@@ -48,7 +48,7 @@ struct TreeUpdate {
             if notify { record(outcome, slot: slot, name: name, parent: folder) }
         }
         for child in tree.children(of: folder) where !seen.contains(child) {
-            if notify { invalidations.append(.entry(parent: folder.inode, name: tree.name(child))) }
+            if notify { invalidations.append(.removed(parent: folder.inode, name: tree.name(child), node: child.inode)) }
             tree.remove(child)
         }
         if notify { invalidations.append(.inode(folder.inode)) }
@@ -128,7 +128,7 @@ struct TreeUpdate {
                 }
                 if let gone = found {
                     if notify {
-                        invalidations.append(.entry(parent: parent.inode, name: tree.name(gone)))
+                        invalidations.append(.removed(parent: parent.inode, name: tree.name(gone), node: gone.inode))
                         invalidations.append(.inode(parent.inode))
                     }
                     tree.remove(gone)
@@ -184,10 +184,10 @@ struct TreeUpdate {
         case .replaced(let former, let formerName):
             // The kernel's entry (under either spelling) leads to the old node, which only the
             // handles already open on it still use: the next lookup finds the new one. The old
-            // node's attributes go too (it now shows no link), not its pages, which its handles
-            // read on.
+            // node shows no link from now on, and its attributes go too, not its pages, which its
+            // handles read on.
             invalidations.append(.attributes(former.inode))
-            invalidations.append(.entry(parent: parent.inode, name: formerName))
+            invalidations.append(.removed(parent: parent.inode, name: formerName, node: former.inode))
             if !formerName.utf8.elementsEqual(name.utf8) { invalidations.append(.entry(parent: parent.inode, name: name)) }
             invalidations.append(.inode(parent.inode))
             changedFiles.append(slot)

@@ -221,7 +221,7 @@ extension DropboxFilesystem {
                 var vanished: [Slot] = []
                 state.tree.walk { slot in if !touched.contains(slot) { vanished.append(slot) } }
                 for slot in vanished where state.tree.isAlive(slot) {
-                    gone.append(.entry(parent: state.tree.parent(slot).inode, name: state.tree.name(slot)))
+                    gone.append(.removed(parent: state.tree.parent(slot).inode, name: state.tree.name(slot), node: slot.inode))
                     gone.append(.inode(state.tree.parent(slot).inode))
                     state.tree.remove(slot)
                 }
