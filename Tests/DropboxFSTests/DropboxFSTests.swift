@@ -302,6 +302,19 @@ struct DropboxFSTests {
         #expect(tree.name(kept) == "kept.txt")
     }
 
+    @Test func anOpenFileRemovedFromTheTreeKeepsWhereItWasUntilItIsClosed() throws {
+        var tree = Tree()
+        let (folder, _) = tree.upsert(parent: .root, name: "Docs", details: nil)
+        let details = FileDetails(size: 1, modified: 0, id: "id:/docs/a", rev: "0123456789", contentHash: nil)
+        let (open, _) = tree.upsert(parent: folder, name: "a.txt", details: details)
+        let (closed, _) = tree.upsert(parent: folder, name: "b.txt", details: details)
+        tree.openFiles.insert(open)
+        tree.remove(folder)
+        #expect(tree.formerPaths == [open: ["Docs", "a.txt"]], "only an open file's, not \(closed)'s")
+        tree.openFiles.remove(open)
+        #expect(tree.formerPaths.isEmpty)
+    }
+
     @Test func namesAreExactUnlessCaseInsensitive() throws {
         dropbox.addFile("/Photo.JPG", [1])
         dropbox.addFile("/Cafe\u{301}.txt", [2])   // decomposed, as macOS writes names

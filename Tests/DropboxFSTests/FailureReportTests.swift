@@ -37,6 +37,29 @@ struct FailureReportTests {
         #expect(failures.first?.metadata["error"] == "the version it was opened at is no longer on Dropbox")
     }
 
+    @Test func aFailedReadOfAFileDropboxReplacedWhileOpenNamesWhereTheFileWas() throws {
+        // The change feed replaces the open file's node (a new rev is a new node), so the tree no
+        // longer leads to the handle's: the line still says which file it was.
+        dropbox.addFolder("/Docs")
+        dropbox.addFile("/Docs/report.txt", Array("version one".utf8))
+        let fs = makeFS(level: .info)
+        fs.startChangeFeed()
+        defer { fs.stopChangeFeed() }
+        #expect(eventually { fs.isFeedLive })
+        let docs = try fs.lookup(parent: .root, name: "Docs").inode
+        let file = try fs.lookup(parent: docs, name: "report.txt").inode
+        let handle = try fs.open(file).handle
+        defer { fs.release(handle) }
+        dropbox.addFile("/Docs/report.txt", Array("version two!".utf8))
+        #expect(eventually { (try? fs.lookup(parent: docs, name: "report.txt").inode) != file })
+        dropbox.forgetFormerRevisions()   // the handle's rev, before it read a byte
+        #expect(throws: FSError.changedSinceOpen) { try fs.read(handle, offset: 0, size: 4096) }
+
+        let failures = recorder.at(.info).filter { $0.message == "operation failed" }
+        #expect(failures.count == 1, "\(failures)")
+        #expect(failures.first?.metadata["path"] == "/Docs/report.txt")
+    }
+
     @Test func aDropboxFailureIsLoggedAtDebugOnlyWithTheOperationsContext() throws {
         dropbox.addFolder("/Docs")
         let fs = makeFS()

@@ -58,15 +58,19 @@ extension DropboxFilesystem {
         logger.log(level: level, "operation failed", metadata: metadata)
     }
 
-    /// The Dropbox path an operation concerned, as far as the tree still knows it.
+    /// The Dropbox path an operation concerned, as far as the tree still knows it (or, for a file
+    /// open while Dropbox moved, deleted or replaced it, where it was).
     private func path(inode: InodeNumber?, handle: FileHandleID?, name: String?) -> String? {
         state.withLock { state -> String? in
             var slot = inode.flatMap(Slot.init)
             if slot == nil, let handle {
                 slot = state.fileHandles[handle]?.slot ?? state.directoryHandles[handle]?.folder
             }
-            guard let slot, state.tree.isAlive(slot) else { return nil }
-            var components = state.tree.components(slot)
+            guard let slot else { return nil }
+            // A file Dropbox moved, deleted or replaced while open: where it was.
+            guard var components = state.tree.isAlive(slot) ? state.tree.components(slot) : state.tree.formerPaths[slot] else {
+                return nil
+            }
             if let name { components.append(name) }
             let path = options.rootPath + components.map { "/" + $0 }.joined()
             return path.isEmpty ? "/" : path
