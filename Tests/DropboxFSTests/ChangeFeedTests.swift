@@ -226,6 +226,21 @@ struct ChangeFeedTests {
         #expect(throws: FSError.nodeGone, "no handle has it open now") { try fs.attributes(of: folder.inode) }
     }
 
+    @Test func anExportDeletedWhileOpenReadsOnAndItsHandleShowsItWithNoLink() throws {
+        dropbox.addFile("/Plan.paper", Array("<h1>plan</h1>".utf8), downloadable: false)
+        let fs = makeFS()
+        defer { fs.stopChangeFeed() }
+        try startLive(fs)
+        let export = try resolve(fs, "Plan.html")
+        let handle = try fs.open(export.inode).handle
+        defer { fs.release(handle) }
+        dropbox.remove("/Plan.paper")
+        #expect(eventually { (try? resolve(fs, "Plan.html")) == nil })
+        let leftBehind = try fs.attributes(of: export.inode)
+        #expect(leftBehind.size == 22 && leftBehind.linkCount == 0, "what it showed at open, where it said ESTALE")
+        #expect(try fs.read(handle, offset: 0, size: 100) == Array("exported:<h1>plan</h1>".utf8), "its own bytes")
+    }
+
     @Test func aRenameThatOnlyChangesCaseKeepsTheInode() throws {
         dropbox.addFile("/Notes.txt", [1])
         let fs = makeFS()

@@ -18,7 +18,9 @@ extension DropboxFilesystem {
             if resized { state.tree.setSize(slot, UInt64(bytes.count)) }
             // Its bytes are the handle's own, answered with direct I/O, never through the page
             // cache: a new rev of the document can change the node in place.
-            let handle = state.addFileHandle(OpenFile(slot: slot, rev: file.rev, size: UInt64(bytes.count), exported: bytes),
+            let shown = state.tree.isAlive(slot) ? attributes(of: slot, in: state.tree) : nil
+            let handle = state.addFileHandle(OpenFile(slot: slot, rev: file.rev, size: UInt64(bytes.count), exported: bytes,
+                                                      shownAtOpen: shown),
                                              newRevGetsANewNode: false)
             return (handle, resized)
         }
