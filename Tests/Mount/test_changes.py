@@ -1,6 +1,9 @@
 """issue 5: changes made on the server reach a live mount through the change feed."""
 import errno
+import hashlib
 import os
+import random
+import shutil
 import subprocess
 import threading
 import time
@@ -170,6 +173,108 @@ def test_tail_follows_a_file_rewritten_on_dropbox_by_name(live, tmp_path):
     finally:
         tail.kill()
         tail.wait()
+
+
+def test_a_tree_changing_under_readers_never_shows_bytes_of_no_version_and_settles_to_the_served_tree(tmp_path):
+    # Files added, rewritten, renamed and deleted, folders made, moved and removed, every 0-50 ms,
+    # while readers walk the mount and read what they find, with a tenth of the requests failing
+    # and some bodies cut. Each version is written aside and renamed in, as Dropbox shows only
+    # whole uploads. No read may return bytes that were never a file's (a file changed mid-read
+    # may fail the read instead), and once the changes stop the mount shows the served tree.
+    served, staging = tmp_path / "served", tmp_path / "staging"
+    staging.mkdir()
+    rng = random.Random(7)
+    versions = set()
+
+    def version(size):
+        data = (hashlib.sha256(str(rng.random()).encode()).digest() * (size // 32 + 1))[:size]
+        versions.add(hashlib.sha256(data).hexdigest())
+        return data
+
+    def put(path, data):
+        aside = staging / f"{rng.random()}"
+        aside.write_bytes(data)
+        os.replace(aside, path)
+
+    for d in range(5):
+        (served / f"d{d}" / "sub").mkdir(parents=True)
+        for f in range(6):
+            put(served / f"d{d}" / f"f{f}.bin", version(rng.choice([10, 5000, 300_000, 2_000_000])))
+        put(served / f"d{d}" / "sub" / "s.txt", version(100))
+    emulator = Emulator(served, "--fail-rate", "0.1", "--truncate-rate", "0.02", "--seed", "3")
+    mount = Mount(emulator, tmp_path / "mnt")
+    mnt = mount.mountpoint
+    stop = threading.Event()
+    problems = []
+    checked = []
+    try:
+        wait_until_listed(mnt)
+
+        def change():
+            try:
+                change_until_stopped()
+            except Exception as error:   # a test's own failure must show, not end the changes quietly
+                problems.append(f"changing the served tree: {error!r}")
+
+        def change_until_stopped():
+            n = 0
+            while not stop.is_set():
+                n += 1
+                files = [p for p in served.rglob("*") if p.is_file()]
+                folders = [p for p in served.rglob("*") if p.is_dir()]
+                what = rng.choice(["rewrite", "delete", "add", "rename", "move folder", "remove folder", "make folder"])
+                if what == "rewrite" and files:
+                    put(rng.choice(files), version(rng.choice([10, 5000, 300_000, 1_000_000])))
+                elif what == "delete" and len(files) > 10:
+                    rng.choice(files).unlink()
+                elif what == "add" and folders:
+                    put(rng.choice(folders) / f"new{n}.bin", version(rng.choice([1, 70_000, 700_000])))
+                elif what == "rename" and files:
+                    file = rng.choice(files)
+                    file.rename(file.with_name(f"renamed{n}.bin"))
+                elif what == "move folder" and len(folders) > 3:
+                    folder, into = rng.choice(folders), rng.choice(folders)
+                    if folder != into and folder not in into.parents and folder.parent != into:
+                        folder.rename(into / f"moved{n}")
+                elif what == "remove folder" and len(folders) > 6:
+                    shutil.rmtree(rng.choice(folders))
+                elif what == "make folder" and folders:
+                    (rng.choice(folders) / f"folder{n}").mkdir()
+                time.sleep(rng.uniform(0, 0.05))
+
+        def read(seed):
+            mine = random.Random(seed)
+            while not stop.is_set():
+                found = [os.path.join(top, name) for top, _, names in os.walk(mnt) for name in names]
+                for path in mine.sample(found, min(5, len(found))):
+                    try:
+                        with open(path, "rb") as file:
+                            data = file.read()
+                    except OSError as error:
+                        if error.errno not in (errno.ENOENT, errno.ESTALE):   # gone, or changed mid-read
+                            problems.append(f"{path}: {error!r}")
+                        continue
+                    if hashlib.sha256(data).hexdigest() not in versions:
+                        problems.append(f"{path}: {len(data)} bytes of no version")
+                    checked.append(len(data))
+
+        threads = [threading.Thread(target=change)] + [threading.Thread(target=read, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        time.sleep(20)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not any(thread.is_alive() for thread in threads), "a reader hung"
+        assert problems == []
+        assert len(versions) > 60 and len(checked) > 20, ("too little was exercised", len(versions), len(checked))
+        same = lambda: subprocess.run(["diff", "-r", str(served), str(mnt)], capture_output=True).returncode == 0
+        assert wait_for(same, FEED_WAIT), subprocess.run(["diff", "-r", "-q", str(served), str(mnt)],
+                                                         capture_output=True, text=True).stdout[:2000]
+    finally:
+        stop.set()
+        mount.unmount()
+        emulator.stop()
 
 
 def test_a_remount_answers_from_the_persistent_cache_and_catches_up(tmp_path):
