@@ -630,6 +630,49 @@ struct ReadEngineTests {
         #expect(fs.reader.budget.capacity == 240 << 20)
     }
 
+    @Test func aProgramThatReadsAFilesHeaderAndSeeksOnHasAFewMiBFetchedNotTheFile() throws {
+        // What ffmpegthumbnailer's reads of a 112 MB video (370 KB: the header, the index at the
+        // end, a frame at 28%) reach the mount as, through the kernel's read-ahead: 128 KiB at 0,
+        // a page at the end, then 512 KiB and 1 MiB on from the start, and 200 KiB far on. The
+        // window opened at the second read used to fetch tens of MiB (31 MiB here, and the seek
+        // stayed in the stream and fetched 48 MiB more).
+        let size = 112 * Self.MiB
+        let content = Self.content(size)
+        dropbox.addFile("/clip.mp4", content)
+        dropbox.setDownloadLatency(0.05)
+        let fs = makeFS()
+        let handle = try open(fs, "clip.mp4")
+        for (offset, length) in [(0, 128 << 10), (size - 8192, 8192), (128 << 10, 512 << 10), (640 << 10, Self.MiB),
+                                 (31 * Self.MiB, 200 << 10)] {
+            #expect(try fs.read(handle, offset: UInt64(offset), size: length) == Array(content[offset..<(offset + length)]))
+        }
+        fs.release(handle)
+        #expect(dropbox.downloadedBytes <= UInt64(4 * Self.MiB), "downloaded \(dropbox.downloadedBytes) bytes")
+    }
+
+    @Test func aSequentialReaderPastTheHeaderStillOpensItsWindowToTheRoundTrip() throws {
+        // The kernel's read-ahead sends a sequential reader's reads in growing sizes (128 KiB,
+        // 512 KiB, 1 MiB, 2 MiB, then 4 MiB): by the fourth the run has read enough to stream, and
+        // the window opens at once to two round trips' worth of bytes, past the 8 MiB that
+        // doubling alone would reach.
+        let content = Self.content(128 * Self.MiB)
+        dropbox.addFile("/big.bin", content)
+        dropbox.setDownloadLatency(0.05)
+        let fs = makeFS()
+        let warmup = try open(fs, "big.bin")   // the link estimate: a rate and a round trip
+        _ = try readAll(fs, warmup, size: 32 * Self.MiB, chunk: Self.MiB)
+        fs.release(warmup)
+        #expect(eventually { fs.readAheadUsage.reserved == 0 })
+        let handle = try open(fs, "big.bin")
+        var offset = 0
+        for length in [128 << 10, 512 << 10, Self.MiB, 2 * Self.MiB] {
+            #expect(try fs.read(handle, offset: UInt64(offset), size: length) == Array(content[offset..<(offset + length)]))
+            offset += length
+        }
+        #expect(fs.readAheadUsage.reserved > 16 << 20, "the window opened: \(fs.readAheadUsage.reserved) bytes held")
+        fs.release(handle)
+    }
+
     @Test func aTailReadDownloadsAtMostFourMiB() throws {
         let size = 64 * Self.MiB
         let content = Self.content(size)
