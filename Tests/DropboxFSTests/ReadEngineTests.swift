@@ -650,27 +650,50 @@ struct ReadEngineTests {
         #expect(dropbox.downloadedBytes <= UInt64(4 * Self.MiB), "downloaded \(dropbox.downloadedBytes) bytes")
     }
 
+    @Test func aJumpAheadWithinTheStreamsReachDoesNotFetchTheBytesSkipped() throws {
+        // ffmpegthumbnailer on a 27 MB video: the header, then a frame at 70%, 16 MiB past what
+        // the stream had asked for: within its reach (a straggler's), so the stream stays, but it
+        // used to ask for everything in between (24.6 MB for a 117 KB read).
+        let size = 27 * Self.MiB
+        let content = Self.content(size)
+        dropbox.addFile("/clip.mp4", content)
+        let fs = makeFS()
+        let handle = try open(fs, "clip.mp4")
+        defer { fs.release(handle) }
+        for (offset, length) in [(0, 128 << 10), (128 << 10, 512 << 10), (19 * Self.MiB, 128 << 10)] {
+            #expect(try fs.read(handle, offset: UInt64(offset), size: length) == Array(content[offset..<(offset + length)]))
+        }
+        #expect(dropbox.downloadedBytes <= UInt64(4 * Self.MiB), "downloaded \(dropbox.downloadedBytes) bytes")
+        #expect(!dropbox.downloadRanges.contains { $0.overlaps(UInt64(8 * Self.MiB)..<UInt64(18 * Self.MiB)) },
+                "the bytes skipped were asked for: \(dropbox.downloadRanges)")
+    }
+
     @Test func aSequentialReaderPastTheHeaderStillOpensItsWindowToTheRoundTrip() throws {
         // The kernel's read-ahead sends a sequential reader's reads in growing sizes (128 KiB,
-        // 512 KiB, 1 MiB, 2 MiB, then 4 MiB): by the fourth the run has read enough to stream, and
-        // the window opens at once to two round trips' worth of bytes, past the 8 MiB that
-        // doubling alone would reach.
+        // 512 KiB, 1 MiB, 2 MiB): by the fourth the run has read enough to stream, and the window
+        // opens at once to two round trips' worth of bytes. Doubling alone would have asked for
+        // nothing past 7 MiB (parts of 1, 2 and 4 MiB); the third read, still a header's, not
+        // even that.
         let content = Self.content(128 * Self.MiB)
         dropbox.addFile("/big.bin", content)
         dropbox.setDownloadLatency(0.05)
         let fs = makeFS()
         let warmup = try open(fs, "big.bin")   // the link estimate: a rate and a round trip
-        _ = try readAll(fs, warmup, size: 32 * Self.MiB, chunk: Self.MiB)
+        _ = try readAll(fs, warmup, size: 4 * Self.MiB, chunk: Self.MiB)
         fs.release(warmup)
-        #expect(eventually { fs.readAheadUsage.reserved == 0 })
+        #expect(eventually { fs.readAheadUsage.reserved == 0 }, "the first handle's read-ahead is over")
         let handle = try open(fs, "big.bin")
+        defer { fs.release(handle) }
+        let asked = dropbox.downloadRanges.count
         var offset = 0
-        for length in [128 << 10, 512 << 10, Self.MiB, 2 * Self.MiB] {
+        func furthestAsked() -> UInt64 { dropbox.downloadRanges.dropFirst(asked).map(\.upperBound).max() ?? 0 }
+        for length in [128 << 10, 512 << 10, Self.MiB] {
             #expect(try fs.read(handle, offset: UInt64(offset), size: length) == Array(content[offset..<(offset + length)]))
             offset += length
         }
-        #expect(fs.readAheadUsage.reserved > 16 << 20, "the window opened: \(fs.readAheadUsage.reserved) bytes held")
-        fs.release(handle)
+        #expect(furthestAsked() <= UInt64(3 * Self.MiB), "a header's reads opened the window: \(furthestAsked())")
+        #expect(try fs.read(handle, offset: UInt64(offset), size: 2 * Self.MiB) == Array(content[offset..<(offset + 2 * Self.MiB)]))
+        #expect(eventually { furthestAsked() > UInt64(8 * Self.MiB) }, "the window did not open: \(furthestAsked())")
     }
 
     @Test func aTailReadDownloadsAtMostFourMiB() throws {

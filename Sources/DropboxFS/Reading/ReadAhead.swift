@@ -140,6 +140,9 @@ struct StreamState {
     /// The bytes the run's reads asked for, added up: a sequential reader's come to about
     /// `furthest - runStart`, a random one's to far less.
     var readInRun: UInt64 = 0
+    /// The bytes read since the run began or last jumped ahead (more than `readAheadReach` past
+    /// its furthest read), which decide when its window opens (`streamingRun`).
+    var readSinceJump: UInt64 = 0
     /// Where the stream ended when the reader had read all of it: a read starting there continues
     /// the stream rather than starting a new one (nil once dropped).
     var drainedAt: UInt64?
@@ -178,6 +181,9 @@ final class ReadEngine: Sendable {
     /// crosses it by its second read of 1 MiB, or the kernel's fourth, sent before the data of
     /// the first has arrived: no round trip later than before.
     static let streamingRun: UInt64 = 2 << 20
+    /// How far past a run's furthest read the kernel's read-ahead sends a sequential reader's
+    /// next reads (`read_ahead_kb`, which the mount raises to 4 MiB): a read further on jumped.
+    static let readAheadReach: UInt64 = 4 << 20
     /// Reads are fetched in whole pages.
     static let page: UInt64 = 4096
     /// The part of the memory budget left to reads fetched on their own: an eighth, at most
@@ -375,11 +381,15 @@ final class ReadEngine: Sendable {
             s.runStart = offset
             s.dropped = offset
             s.readInRun = 0
+            s.readSinceJump = 0
         } else if end > s.furthest {
+            // A jump ahead within the stream's reach (a thumbnailer going from a video's header to
+            // a frame 18 MB on) keeps the stream and its window, but is no sign of streaming.
+            if offset > s.furthest + Self.readAheadReach { s.readSinceJump = 0 }
             // Once the run has read `streamingRun` the reader streams: from then on the window
             // doubles at each read, and opens at once to two round trips' worth of bytes, so a
             // long round trip costs the ramp-up one round trip, not one per doubling.
-            if s.readInRun + (end - offset) >= Self.streamingRun {
+            if s.readSinceJump + (end - offset) >= Self.streamingRun {
                 s.window = min(max(s.window * 2, 2 * link.bytesPerRoundTrip), windowCeiling)
             }
             s.furthest = end
@@ -387,7 +397,15 @@ final class ReadEngine: Sendable {
         s.misses = 0
         s.lastReadEnd = max(s.lastReadEnd ?? 0, end)
         s.readInRun += end - offset
+        s.readSinceJump += end - offset
 
+        // A jump past everything the stream had asked for: the bytes between were skipped, and
+        // asking for them (up to `straggle` of them) would download what nobody reads. The stream
+        // goes on from the read, in parts no larger than its window.
+        if let scheduledEnd = s.parts.last?.range.upperBound, offset > scheduledEnd + Self.readAheadReach {
+            drop(&s)
+            s.nextPartSize = min(s.window, partCeiling)
+        }
         // Parts wholly behind the reader (skipped by a forward seek) go once stragglers are unlikely.
         while let first = s.parts.first, first.range.upperBound + Self.straggle <= offset {
             first.cancel()
