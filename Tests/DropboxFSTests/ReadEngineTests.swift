@@ -49,6 +49,13 @@ struct ReadEngineTests {
         return out
     }
 
+    /// Reads `reads` (offset, length) in order through `handle`, each checked against `content`.
+    func expectReads(_ fs: DropboxFilesystem, _ handle: FileHandleID, _ content: [UInt8], _ reads: [(Int, Int)]) throws {
+        for (offset, length) in reads {
+            #expect(try fs.read(handle, offset: UInt64(offset), size: length) == Array(content[offset..<(offset + length)]))
+        }
+    }
+
     @Test func sequentialReadsGrowTheWindowInDoublingParts() throws {
         let content = Self.content(48 * Self.MiB)
         dropbox.addFile("/big.bin", content)
@@ -642,10 +649,8 @@ struct ReadEngineTests {
         dropbox.setDownloadLatency(0.05)
         let fs = makeFS()
         let handle = try open(fs, "clip.mp4")
-        for (offset, length) in [(0, 128 << 10), (size - 8192, 8192), (128 << 10, 512 << 10), (640 << 10, Self.MiB),
-                                 (31 * Self.MiB, 200 << 10)] {
-            #expect(try fs.read(handle, offset: UInt64(offset), size: length) == Array(content[offset..<(offset + length)]))
-        }
+        try expectReads(fs, handle, content, [(0, 128 << 10), (size - 8192, 8192), (128 << 10, 512 << 10),
+                                              (640 << 10, Self.MiB), (31 * Self.MiB, 200 << 10)])
         fs.release(handle)
         #expect(dropbox.downloadedBytes <= UInt64(4 * Self.MiB), "downloaded \(dropbox.downloadedBytes) bytes")
     }
@@ -660,9 +665,7 @@ struct ReadEngineTests {
         let fs = makeFS()
         let handle = try open(fs, "clip.mp4")
         defer { fs.release(handle) }
-        for (offset, length) in [(0, 128 << 10), (128 << 10, 512 << 10), (19 * Self.MiB, 128 << 10)] {
-            #expect(try fs.read(handle, offset: UInt64(offset), size: length) == Array(content[offset..<(offset + length)]))
-        }
+        try expectReads(fs, handle, content, [(0, 128 << 10), (128 << 10, 512 << 10), (19 * Self.MiB, 128 << 10)])
         #expect(dropbox.downloadedBytes <= UInt64(4 * Self.MiB), "downloaded \(dropbox.downloadedBytes) bytes")
         #expect(!dropbox.downloadRanges.contains { $0.overlaps(UInt64(8 * Self.MiB)..<UInt64(18 * Self.MiB)) },
                 "the bytes skipped were asked for: \(dropbox.downloadRanges)")
@@ -685,14 +688,10 @@ struct ReadEngineTests {
         let handle = try open(fs, "big.bin")
         defer { fs.release(handle) }
         let asked = dropbox.downloadRanges.count
-        var offset = 0
         func furthestAsked() -> UInt64 { dropbox.downloadRanges.dropFirst(asked).map(\.upperBound).max() ?? 0 }
-        for length in [128 << 10, 512 << 10, Self.MiB] {
-            #expect(try fs.read(handle, offset: UInt64(offset), size: length) == Array(content[offset..<(offset + length)]))
-            offset += length
-        }
+        try expectReads(fs, handle, content, [(0, 128 << 10), (128 << 10, 512 << 10), (640 << 10, Self.MiB)])
         #expect(furthestAsked() <= UInt64(3 * Self.MiB), "a header's reads opened the window: \(furthestAsked())")
-        #expect(try fs.read(handle, offset: UInt64(offset), size: 2 * Self.MiB) == Array(content[offset..<(offset + 2 * Self.MiB)]))
+        try expectReads(fs, handle, content, [(1664 << 10, 2 * Self.MiB)])
         #expect(eventually { furthestAsked() > UInt64(8 * Self.MiB) }, "the window did not open: \(furthestAsked())")
     }
 
