@@ -141,7 +141,7 @@ struct StreamState {
     /// `furthest - runStart`, a random one's to far less.
     var readInRun: UInt64 = 0
     /// The bytes read since the run began or last jumped ahead (more than `readAheadReach` past
-    /// its furthest read), which decide when its window opens (`streamingRun`).
+    /// everything it had asked for), which decide when its window opens (`streamingRun`).
     var readSinceJump: UInt64 = 0
     /// Where the stream ended when the reader had read all of it: a read starting there continues
     /// the stream rather than starting a new one (nil once dropped).
@@ -173,16 +173,16 @@ final class ReadEngine: Sendable {
     /// for seeks and restart the stream, downloading the same bytes again.
     static let straggle: UInt64 = 16 << 20
     /// What a run of reads must have asked for before its window grows, and opens to the round
-    /// trip's worth (`plan`): more than the kernel's read-ahead sends for a program that reads a file's first
-    /// few hundred KiB and seeks on (a video thumbnailer, a media scanner, `file`): 128 KiB, then
-    /// 512 KiB and 1 MiB ahead of it. Opened at its second read, such a run had tens of MiB
-    /// fetched for each file looked at (measured: 112 MB downloaded for the 370 KB that
-    /// ffmpegthumbnailer reads of a 112 MB video, at 50 ms per request). A sequential reader
-    /// crosses it by its second read of 1 MiB, or the kernel's fourth, sent before the data of
-    /// the first has arrived: no round trip later than before.
+    /// trip's worth (`plan`): more than the kernel's read-ahead sends for a program that reads a
+    /// file's first few hundred KiB and seeks on (a video thumbnailer, a media scanner, `file`):
+    /// 128 KiB, then 512 KiB and 1 MiB ahead of it. Opened at its second read, such a run had
+    /// tens of MiB fetched for each file looked at (measured: 112 MB downloaded for the 370 KB
+    /// that ffmpegthumbnailer reads of a 112 MB video, at 50 ms per request). A sequential reader
+    /// crosses it by its second read of 1 MiB, or the kernel's fourth, sent as soon as the first
+    /// part's bytes are in: no round trip later than before.
     static let streamingRun: UInt64 = 2 << 20
-    /// How far past a run's furthest read the kernel's read-ahead sends a sequential reader's
-    /// next reads (`read_ahead_kb`, which the mount raises to 4 MiB): a read further on jumped.
+    /// How far the kernel reads ahead of a reader (`read_ahead_kb`, which the mount raises to
+    /// 4 MiB): a read further past everything its stream had asked for jumped.
     static let readAheadReach: UInt64 = 4 << 20
     /// Reads are fetched in whole pages.
     static let page: UInt64 = 4096
@@ -361,6 +361,7 @@ final class ReadEngine: Sendable {
         let partCeiling = link.partSize(options, budget: budget.capacity)
         let windowCeiling = self.windowCeiling(s, link: link, arrived: arrived)
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
+        var jumped = false
         if !inStream {
             s.lastReadEnd = end
             if !follows {
@@ -383,9 +384,13 @@ final class ReadEngine: Sendable {
             s.readInRun = 0
             s.readSinceJump = 0
         } else if end > s.furthest {
-            // A jump ahead within the stream's reach (a thumbnailer going from a video's header to
-            // a frame 18 MB on) keeps the stream and its window, but is no sign of streaming.
-            if offset > s.furthest + Self.readAheadReach { s.readSinceJump = 0 }
+            // A read past everything the stream had asked for, by more than the kernel reads
+            // ahead, jumped (a thumbnailer going from a video's header to a frame 18 MB on): it
+            // keeps the stream and its window, but is no sign of streaming, and the bytes it
+            // skipped are not asked for (below). A sequential reader's reads, however the kernel
+            // orders them, land within the window the stream had asked for.
+            jumped = offset > (s.parts.last?.range.upperBound ?? s.furthest) + Self.readAheadReach
+            if jumped { s.readSinceJump = 0 }
             // Once the run has read `streamingRun` the reader streams: from then on the window
             // doubles at each read, and opens at once to two round trips' worth of bytes, so a
             // long round trip costs the ramp-up one round trip, not one per doubling.
@@ -399,10 +404,10 @@ final class ReadEngine: Sendable {
         s.readInRun += end - offset
         s.readSinceJump += end - offset
 
-        // A jump past everything the stream had asked for: the bytes between were skipped, and
-        // asking for them (up to `straggle` of them) would download what nobody reads. The stream
-        // goes on from the read, in parts no larger than its window.
-        if let scheduledEnd = s.parts.last?.range.upperBound, offset > scheduledEnd + Self.readAheadReach {
+        // After a jump the bytes between were skipped, and asking for them (up to `straggle` of
+        // them) would download what nobody reads: the stream goes on from the read, in parts no
+        // larger than its window.
+        if jumped {
             drop(&s)
             s.nextPartSize = min(s.window, partCeiling)
         }
