@@ -121,7 +121,7 @@ struct Tree {
     /// Files a handle has open (kept by the filesystem's open and release). A new rev of one of
     /// them becomes a new node (`Upsert.replaced`), so that the open handle reads on at its own
     /// rev, as a file replaced on a local disk stays readable through the handles open on it.
-    var openFiles: Set<Slot> {
+    var openFiles: Set<Slot> = [] {
         didSet { if !formerPaths.isEmpty { formerPaths = formerPaths.filter { openFiles.contains($0.key) } } }
     }
     /// Where open files the tree no longer holds were (moved, deleted, replaced), by their
@@ -131,7 +131,6 @@ struct Tree {
     private var renumbered: [Slot: UInt64] = [:]
 
     init() {
-        openFiles = []
         var root = Record(parent: 0, nameOffset: 0, nameLength: 0, flags: Flag.directory | Flag.alive, foldedHash: 0)
         root.modified = Self.noFileBelow
         records.append(root)

@@ -361,7 +361,6 @@ final class ReadEngine: Sendable {
         let partCeiling = link.partSize(options, budget: budget.capacity)
         let windowCeiling = self.windowCeiling(s, link: link, arrived: arrived)
         let follows = s.lastReadEnd == offset || (s.lastReadEnd == nil && offset == 0)
-        var jumped = false
         if !inStream {
             s.lastReadEnd = end
             if !follows {
@@ -387,10 +386,14 @@ final class ReadEngine: Sendable {
             // A read past everything the stream had asked for, by more than the kernel reads
             // ahead, jumped (a thumbnailer going from a video's header to a frame 18 MB on): it
             // keeps the stream and its window, but is no sign of streaming, and the bytes it
-            // skipped are not asked for (below). A sequential reader's reads, however the kernel
-            // orders them, land within the window the stream had asked for.
-            jumped = offset > (s.parts.last?.range.upperBound ?? s.furthest) + Self.readAheadReach
-            if jumped { s.readSinceJump = 0 }
+            // skipped (up to `straggle` of them) are not asked for: the stream's parts start again
+            // at the read, no larger than its window. A sequential reader's reads, however the
+            // kernel orders them, land within the window the stream had asked for.
+            if offset > (s.parts.last?.range.upperBound ?? s.furthest) + Self.readAheadReach {
+                drop(&s)
+                s.nextPartSize = min(s.window, partCeiling)
+                s.readSinceJump = 0
+            }
             // Once the run has read `streamingRun` the reader streams: from then on the window
             // doubles at each read, and opens at once to two round trips' worth of bytes, so a
             // long round trip costs the ramp-up one round trip, not one per doubling.
@@ -404,13 +407,6 @@ final class ReadEngine: Sendable {
         s.readInRun += end - offset
         s.readSinceJump += end - offset
 
-        // After a jump the bytes between were skipped, and asking for them (up to `straggle` of
-        // them) would download what nobody reads: the stream goes on from the read, in parts no
-        // larger than its window.
-        if jumped {
-            drop(&s)
-            s.nextPartSize = min(s.window, partCeiling)
-        }
         // Parts wholly behind the reader (skipped by a forward seek) go once stragglers are unlikely.
         while let first = s.parts.first, first.range.upperBound + Self.straggle <= offset {
             first.cancel()
